@@ -1,0 +1,90 @@
+"""A translation task's data: validated corpora, its subword vocabulary and its pipelines."""
+
+import os
+
+from absl import logging
+
+from data_pipeline import corpora, pipeline, tokenizer
+
+
+class ParallelData:
+  """The train/dev/test corpora of one direction under `data_dir`, ready for training.
+
+  Construction validates the training and dev corpora (line counts, UTF-8, empty files), and
+  trains the SentencePiece model(s) into `model_dir` the first time (reused after).
+  """
+
+  def __init__(self, config, model_dir: str):
+    """Args: config: a DataConfig; model_dir: where the subword models live."""
+    self.config = config
+    c = config
+    self.train_paths = self._find(c.train_prefix)
+    self.train_scan = self._scan("train", self.train_paths)
+    self.dev_paths = self._find(c.dev_prefix) if c.dev_prefix else None
+    self.dev_scan = self._scan("dev", self.dev_paths) if self.dev_paths else None
+    self.test_paths = self._find(c.test_prefix) if c.test_prefix else None
+    self.vocabulary = self._build_vocabulary(model_dir)
+    kept, too_long = pipeline.count_examples(self.train_pairs(), self.vocabulary, c.max_length)
+    logging.info("train: %d pairs kept, %d dropped over --max_length=%d subword tokens",
+                 kept, too_long, c.max_length)
+    if kept == 0:
+      raise corpora.CorpusError(f"{self.train_paths[0]}: no pair left for training "
+                                f"(all empty, invalid or over --max_length={c.max_length})")
+
+  def _find(self, prefix):
+    c = self.config
+    return (corpora.find_corpus_file(c.data_dir, prefix, c.src_lang),
+            corpora.find_corpus_file(c.data_dir, prefix, c.tgt_lang))
+
+  def _scan(self, name, paths):
+    scan = corpora.scan_parallel(*paths, on_bad_line=self.config.on_bad_line)
+    logging.info("%s: %d lines in %s; %d empty pairs dropped; %d non-UTF-8 pairs skipped",
+                 name, scan.num_lines, " / ".join(paths), scan.empty_pairs, len(scan.bad_lines))
+    return scan
+
+  def _build_vocabulary(self, model_dir):
+    c = self.config
+    source_path, target_path = tokenizer.vocabulary_paths(model_dir, c.shared_vocab, c.src_lang,
+                                                          c.tgt_lang)
+    sides = ([(source_path, self.train_paths)] if c.shared_vocab else
+             [(source_path, self.train_paths[:1]), (target_path, self.train_paths[1:])])
+    for model_path, paths in sides:
+      if os.path.exists(model_path):
+        logging.info("reusing subword model %s", model_path)
+        continue
+      logging.info("training a %s SentencePiece model of %d pieces on %s", c.spm_model_type,
+                   c.vocab_size, " + ".join(paths))
+      tokenizer.train_sentencepiece(
+          corpora.iterate_sentences(paths, self.train_scan.bad_lines), model_path, c.vocab_size,
+          c.spm_model_type, c.spm_input_sentences)
+    return tokenizer.load_vocabulary(source_path, target_path)
+
+  def train_pairs(self):
+    """tf.data of the training (source, target) strings."""
+    return pipeline.text_pairs(*self.train_paths, skip_lines=self.train_scan.bad_lines)
+
+  def train_batches(self, seed: int):
+    c = self.config
+    return pipeline.train_batches(self.train_pairs(), self.vocabulary, c.max_length,
+                                  c.batch_tokens, c.shuffle_buffer, seed)
+
+  def dev_batches(self):
+    """One pass over the dev set in bucketed batches (for the dev loss), or None."""
+    if not self.dev_paths:
+      return None
+    pairs = pipeline.text_pairs(*self.dev_paths, skip_lines=self.dev_scan.bad_lines)
+    return pipeline.eval_batches(pairs, self.vocabulary, self.config.max_length,
+                                 self.config.batch_tokens)
+
+  def dev_pairs(self, limit: int = 0):
+    """The first `limit` (0: all) dev pairs as Python strings (for BLEU)."""
+    if not self.dev_paths:
+      return []
+    return corpora.read_parallel(*self.dev_paths, limit=limit, skip_lines=self.dev_scan.bad_lines)
+
+  def test_pairs(self):
+    """Every test pair as Python strings, or [] without --test_prefix."""
+    if not self.test_paths:
+      return []
+    scan = corpora.scan_parallel(*self.test_paths, on_bad_line=self.config.on_bad_line)
+    return corpora.read_parallel(*self.test_paths, skip_lines=scan.bad_lines)

@@ -1,0 +1,118 @@
+"""tf.data pipelines: corpus lines -> subword ids -> bucketed batches for training and eval."""
+
+import tensorflow as tf
+
+from data_pipeline import bucketing
+from data_pipeline.tokenizer import BOS_ID, EOS_ID, Vocabulary
+from tf_transformer.layers.attention_bias import PAD_ID
+
+AUTOTUNE = tf.data.AUTOTUNE
+_TOKENIZE_BATCH = 256  # tf-text tokenizes a batch of lines per op call much faster than one
+
+
+# ---------------------------------------------------------------- raw text
+
+
+def text_pairs(source_path: str, target_path: str, skip_lines=()) -> tf.data.Dataset:
+  """(source line, target line) string pairs of two line-aligned files, without empty pairs.
+
+  Args:
+    skip_lines: 0-based numbers of the pairs to leave out (e.g. non-UTF-8 lines).
+  """
+  def lines(path):
+    compression = "GZIP" if path.endswith(".gz") else ""
+    return tf.data.TextLineDataset(path, compression_type=compression).map(tf.strings.strip)
+
+  dataset = tf.data.Dataset.zip(lines(source_path), lines(target_path))
+  if skip_lines:
+    skip = tf.constant(sorted(skip_lines), tf.int64)
+    dataset = dataset.enumerate().filter(
+        lambda i, pair: tf.reduce_all(tf.not_equal(skip, i))).map(lambda i, pair: pair)
+  return dataset.filter(
+      lambda source, target: tf.logical_and(tf.strings.length(source) > 0,
+                                            tf.strings.length(target) > 0))
+
+
+# ---------------------------------------------------------------- tokenization
+
+
+def _as_dense(source_ids, target_ids):
+  return tf.identity(source_ids), tf.identity(target_ids)
+
+
+def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
+  """Dataset of string pairs -> (source_ids [S], target_ids [T]) int32 with EOS appended.
+
+  Pairs with a side over `max_length` subword tokens (before EOS) are dropped.
+  """
+  eos = tf.constant([[EOS_ID]], tf.int32)
+
+  def tokenize(source, target):
+    source_ids = vocabulary.source.tokenize(source)  # -> ragged [n, None]
+    target_ids = vocabulary.target.tokenize(target)
+    rows = tf.shape(source)[:1]
+    eos_column = tf.RaggedTensor.from_tensor(tf.tile(eos, tf.concat([rows, [1]], 0)))
+    return (tf.concat([source_ids, eos_column], axis=1),
+            tf.concat([target_ids, eos_column], axis=1))
+
+  def fits(source_ids, target_ids):
+    return tf.logical_and(tf.size(source_ids) <= max_length + 1,
+                          tf.size(target_ids) <= max_length + 1)
+
+  def apply(dataset):
+    return (dataset.batch(_TOKENIZE_BATCH)
+            .map(tokenize, num_parallel_calls=AUTOTUNE)
+            .unbatch()
+            .map(_as_dense)  # unbatched ragged rows are rank-0 ragged specs; make them tensors
+            .filter(fits))
+
+  return apply
+
+
+# ---------------------------------------------------------------- batches
+
+
+def add_decoder_inputs(source_ids, target_ids):
+  """(source [B, L], target [B, L]) -> (source, target_input, target).
+
+  The decoder reads the target shifted right behind BOS, so position t predicts token t from
+  tokens < t; input positions whose label is padding are padding too.
+  """
+  batch = tf.shape(target_ids)[0]
+  shifted = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
+  target_input_ids = tf.where(tf.equal(target_ids, PAD_ID), PAD_ID, shifted)
+  return source_ids, target_input_ids, target_ids
+
+
+def train_batches(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int,
+                  batch_tokens: int, shuffle_buffer: int, seed: int) -> tf.data.Dataset:
+  """Endless shuffled, bucketed training batches.
+
+  Returns:
+    Dataset of (source_ids, target_input_ids, target_ids), each int32 [batch, L].
+  """
+  return (pairs
+          .shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+          .repeat()
+          .apply(tokenize_pairs(vocabulary, max_length))
+          .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens))
+          .map(add_decoder_inputs, num_parallel_calls=AUTOTUNE)
+          .prefetch(AUTOTUNE))
+
+
+def eval_batches(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int,
+                 batch_tokens: int) -> tf.data.Dataset:
+  """One pass of bucketed batches in a fixed order (dev loss)."""
+  return (pairs
+          .apply(tokenize_pairs(vocabulary, max_length))
+          .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens))
+          .map(add_decoder_inputs, num_parallel_calls=AUTOTUNE)
+          .prefetch(AUTOTUNE))
+
+
+def count_examples(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int):
+  """(pairs kept, pairs over max_length) in one tokenizing pass over `pairs`."""
+  kept = pairs.apply(tokenize_pairs(vocabulary, max_length)).reduce(
+      tf.constant(0, tf.int64), lambda count, _: count + 1)
+  total = pairs.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+  return int(kept), int(total - kept)

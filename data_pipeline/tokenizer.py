@@ -1,0 +1,77 @@
+"""SentencePiece subword models: trained with `sentencepiece`, applied in-graph by tf-text.
+
+The same .model file serves the training pipeline and the exported SavedModel, whose
+`tensorflow_text.SentencepieceTokenizer` op TF Serving links.
+"""
+
+import dataclasses
+import os
+import tempfile
+from typing import Iterable
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tf_transformer.layers.attention_bias import PAD_ID
+
+UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
+
+
+def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: int,
+                        model_type: str = "unigram", input_sentence_size: int = 2_000_000):
+  """Trains a SentencePiece model on `sentences` and writes it to `model_path` atomically.
+
+  Ids: 0 <pad>, 1 <unk>, 2 <s> (BOS), 3 </s> (EOS). The vocabulary may come out smaller than
+  `vocab_size` on a small corpus instead of failing.
+  """
+  import sentencepiece as spm  # training only; encoding happens in-graph with tf-text
+
+  os.makedirs(os.path.dirname(model_path) or ".", exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=os.path.dirname(model_path) or ".") as tmp:
+    prefix = os.path.join(tmp, "spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_prefix=prefix, vocab_size=vocab_size,
+        model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
+        character_coverage=0.9995, hard_vocab_limit=False, minloglevel=2,
+        num_threads=os.cpu_count() or 1)
+    os.replace(prefix + ".model", model_path)
+
+
+def load_tokenizer(model_path: str) -> tf_text.SentencepieceTokenizer:
+  """The in-graph tokenizer of a SentencePiece model file (ids as int32)."""
+  with tf.io.gfile.GFile(model_path, "rb") as f:
+    return tf_text.SentencepieceTokenizer(model=f.read(), out_type=tf.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+  """The subword models of a translation direction (the same file twice when joint)."""
+  source_model_path: str
+  target_model_path: str
+  source: tf_text.SentencepieceTokenizer
+  target: tf_text.SentencepieceTokenizer
+
+  @property
+  def source_size(self) -> int:
+    return int(self.source.vocab_size())
+
+  @property
+  def target_size(self) -> int:
+    return int(self.target.vocab_size())
+
+
+def vocabulary_paths(model_dir: str, shared: bool, src_lang: str, tgt_lang: str):
+  """Where a model directory keeps its subword models: (source path, target path)."""
+  if shared:
+    path = os.path.join(model_dir, "spm.joint.model")
+    return path, path
+  return (os.path.join(model_dir, f"spm.{src_lang}.model"),
+          os.path.join(model_dir, f"spm.{tgt_lang}.model"))
+
+
+def load_vocabulary(source_model_path: str, target_model_path: str) -> Vocabulary:
+  source = load_tokenizer(source_model_path)
+  target = source if target_model_path == source_model_path else load_tokenizer(
+      target_model_path)
+  return Vocabulary(source_model_path, target_model_path, source, target)

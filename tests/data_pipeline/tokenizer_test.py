@@ -1,0 +1,160 @@
+"""Tests for data_pipeline.tokenizer: SentencePiece training and in-graph tf-text tokenizers."""
+
+import os
+import unicodedata
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from data_pipeline import tokenizer
+from tf_transformer.layers.attention_bias import PAD_ID
+
+SENTENCES = [unicodedata.normalize("NFC", s) for s in [
+    # English
+    "The quick brown fox jumps over the lazy dog.",
+    "I like machine translation very much.",
+    "Where is the train station?",
+    # German
+    "Über den Wolken muss die Freiheit grenzenlos sein.",
+    "Schöne Grüße aus München!",
+    "Die Mädchen äßen gern Käse und Brötchen.",
+    # Vietnamese
+    "Tôi yêu tiếng Việt",
+    "Xin chào, bạn có khỏe không?",
+    "Hôm nay trời đẹp quá.",
+    # Japanese, no spaces
+    "私は学生です",
+    "今日は良い天気ですね。",
+    "日本語を勉強しています",
+]]
+
+
+def _corpus(num_lines=300, seed=0):
+  """A small multilingual corpus: each line is one or two of SENTENCES (every one included)."""
+  rng = np.random.default_rng(seed)
+  lines = list(SENTENCES)
+  while len(lines) < num_lines:
+    picks = rng.choice(len(SENTENCES), size=int(rng.integers(1, 3)))
+    lines.append(" ".join(SENTENCES[i] for i in picks))
+  return lines
+
+
+@pytest.fixture(scope="module", params=["unigram", "bpe"])
+def model(request, tmp_path_factory):
+  """(model_type, model path, tokenizer) of a tiny model trained on _corpus()."""
+  path = str(tmp_path_factory.mktemp(f"spm_{request.param}") / "sub" / "spm.model")
+  tokenizer.train_sentencepiece(_corpus(), path, vocab_size=200, model_type=request.param)
+  return request.param, path, tokenizer.load_tokenizer(path)
+
+
+def test_ids():
+  assert (PAD_ID, tokenizer.UNK_ID, tokenizer.BOS_ID, tokenizer.EOS_ID) == (0, 1, 2, 3)
+
+
+def test_train_writes_model_only(model):
+  _, path, _ = model
+  assert os.path.isfile(path)
+  assert os.listdir(os.path.dirname(path)) == ["spm.model"]  # temporary files cleaned up
+
+
+def test_model_is_a_sentencepiece_tokenizer(model):
+  _, _, tok = model
+  assert isinstance(tok, tf_text.SentencepieceTokenizer)
+  assert 20 < int(tok.vocab_size()) <= 200
+
+
+def test_special_ids(model):
+  _, _, tok = model
+  pieces = [p.decode() for p in tok.id_to_string(tf.constant([0, 1, 2, 3])).numpy()]
+  assert pieces == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+@pytest.mark.parametrize("sentence", SENTENCES + [
+    "Grüße aus Köln und München",
+    "Tôi yêu tiếng Việt",
+    "私は学生です",
+    "The fox likes Käse.",
+])
+def test_round_trip(model, sentence):
+  _, _, tok = model
+  ids = tok.tokenize(tf.constant(sentence))
+  assert ids.dtype == tf.int32
+  ids_list = ids.numpy().tolist()
+  assert ids_list and tokenizer.UNK_ID not in ids_list
+  assert not {PAD_ID, tokenizer.BOS_ID, tokenizer.EOS_ID} & set(ids_list)
+  assert tok.detokenize(ids).numpy().decode("utf-8") == sentence
+
+
+def test_round_trip_batch(model):
+  _, _, tok = model
+  ids = tok.tokenize(tf.constant(SENTENCES))
+  assert isinstance(ids, tf.RaggedTensor) and ids.shape[0] == len(SENTENCES)
+  texts = [t.decode("utf-8") for t in tok.detokenize(ids).numpy()]
+  assert texts == SENTENCES
+
+
+def test_japanese_is_split_into_pieces(model):
+  _, _, tok = model
+  # Without spaces the sentence is still segmented (not one unknown token).
+  ids = tok.tokenize(tf.constant("日本語を勉強しています私は学生です")).numpy().tolist()
+  assert len(ids) > 1 and tokenizer.UNK_ID not in ids
+
+
+def test_unknown_character(model):
+  _, _, tok = model
+  ids = tok.tokenize(tf.constant("☃")).numpy().tolist()
+  assert tokenizer.UNK_ID in ids
+
+
+def test_train_in_current_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  tokenizer.train_sentencepiece(_corpus(100), "plain.model", vocab_size=150)
+  assert sorted(os.listdir(tmp_path)) == ["plain.model"]
+
+
+def test_train_replaces_existing_model(tmp_path):
+  path = str(tmp_path / "spm.model")
+  with open(path, "wb") as f:
+    f.write(b"stale")
+  tokenizer.train_sentencepiece(_corpus(100), path, vocab_size=150, model_type="bpe")
+  tok = tokenizer.load_tokenizer(path)
+  assert tok.detokenize(tok.tokenize(tf.constant("Tôi yêu tiếng Việt"))).numpy().decode() == (
+      "Tôi yêu tiếng Việt")
+
+
+# ---------------------------------------------------------------- vocabulary
+
+
+def test_vocabulary_paths_shared(tmp_path):
+  d = str(tmp_path)
+  assert tokenizer.vocabulary_paths(d, True, "en", "de") == (f"{d}/spm.joint.model",) * 2
+
+
+def test_vocabulary_paths_unshared(tmp_path):
+  d = str(tmp_path)
+  assert tokenizer.vocabulary_paths(d, False, "en", "de") == (f"{d}/spm.en.model",
+                                                               f"{d}/spm.de.model")
+
+
+def test_load_vocabulary_shared(model):
+  _, path, _ = model
+  vocab = tokenizer.load_vocabulary(path, path)
+  assert vocab.source is vocab.target
+  assert vocab.source_model_path == vocab.target_model_path == path
+  assert vocab.source_size == vocab.target_size == int(vocab.source.vocab_size())
+
+
+def test_load_vocabulary_unshared(tmp_path):
+  source_path, target_path = tokenizer.vocabulary_paths(str(tmp_path), False, "en", "ja")
+  assert source_path != target_path
+  tokenizer.train_sentencepiece(SENTENCES[:6] * 20, source_path, vocab_size=100)
+  tokenizer.train_sentencepiece(SENTENCES[9:] * 20, target_path, vocab_size=50)
+  vocab = tokenizer.load_vocabulary(source_path, target_path)
+  assert vocab.source is not vocab.target
+  assert (vocab.source_model_path, vocab.target_model_path) == (source_path, target_path)
+  assert vocab.source_size != vocab.target_size
+  # Each side knows only its own language.
+  assert tokenizer.UNK_ID not in vocab.target.tokenize(tf.constant("私は学生です")).numpy()
+  assert tokenizer.UNK_ID in vocab.source.tokenize(tf.constant("私は学生です")).numpy()

@@ -1,0 +1,163 @@
+"""Tests of tf_transformer/layers/attention.py against a float64 numpy reference."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.layers import attention_bias
+from tf_transformer.layers.attention import MultiHeadAttention
+
+D_MODEL = 16
+
+
+def _softmax(x):
+  x = x - x.max(axis=-1, keepdims=True)
+  e = np.exp(x)
+  return e / e.sum(axis=-1, keepdims=True)
+
+
+def _split_heads(x, num_heads):
+  """[B, T, d] -> [B, H, T, d/H], heads taking contiguous column blocks."""
+  b, t, d = x.shape
+  return x.reshape(b, t, num_heads, d // num_heads).transpose(0, 2, 1, 3)
+
+
+def _reference(query, memory, q_w, k_w, v_w, out_w, bias, num_heads):
+  q = _split_heads(query @ q_w, num_heads)
+  k = _split_heads(memory @ k_w, num_heads)
+  v = _split_heads(memory @ v_w, num_heads)
+  depth = q.shape[-1]
+  logits = q @ k.transpose(0, 1, 3, 2) * depth**-0.5 + bias
+  context = _softmax(logits) @ v  # [B, H, T, D]
+  b, h, t, dd = context.shape
+  context = context.transpose(0, 2, 1, 3).reshape(b, t, h * dd)
+  return context @ out_w
+
+
+def _self_layer(num_heads, seed=0):
+  keras.utils.set_random_seed(seed)
+  layer = MultiHeadAttention(num_heads, 0.0, self_attention=True)
+  layer.build((None, None, D_MODEL))
+  return layer
+
+
+def _cross_layer(num_heads, seed=0):
+  keras.utils.set_random_seed(seed)
+  layer = MultiHeadAttention(num_heads, 0.0, self_attention=False)
+  layer.build((None, None, D_MODEL), (None, None, D_MODEL))
+  return layer
+
+
+def _self_weights(layer):
+  qkv = layer.qkv_kernel.numpy().astype(np.float64)
+  d = D_MODEL
+  return qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:], layer.output_kernel.numpy().astype(
+      np.float64)
+
+
+@pytest.mark.parametrize("num_heads", [2, 4])
+def test_self_attention_matches_numpy_reference(num_heads):
+  layer = _self_layer(num_heads)
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 5, D_MODEL)).astype(np.float32)
+  ids = tf.constant([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0]], tf.int32)
+  bias = attention_bias.padding_bias(ids)
+  out = layer(tf.constant(x), bias, training=False).numpy()
+  q_w, k_w, v_w, o_w = _self_weights(layer)
+  ref = _reference(x.astype(np.float64), x.astype(np.float64), q_w, k_w, v_w, o_w,
+                   bias.numpy().astype(np.float64), num_heads)
+  assert out.shape == (2, 5, D_MODEL)
+  np.testing.assert_allclose(out, ref, atol=1e-5)
+
+
+def test_self_attention_with_causal_bias_matches_reference():
+  num_heads = 2
+  layer = _self_layer(num_heads, seed=3)
+  x = np.random.default_rng(3).normal(size=(1, 4, D_MODEL)).astype(np.float32)
+  bias = attention_bias.causal_bias(4)
+  out = layer(tf.constant(x), bias, training=False).numpy()
+  ref = _reference(x.astype(np.float64), x.astype(np.float64), *_self_weights(layer),
+                   bias.numpy().astype(np.float64), num_heads)
+  np.testing.assert_allclose(out, ref, atol=1e-5)
+  # query 0 attends to key 0 only: output = v_0 @ W_o
+  q_w, k_w, v_w, o_w = _self_weights(layer)
+  np.testing.assert_allclose(out[0, 0], x[0, 0].astype(np.float64) @ v_w @ o_w, atol=1e-5)
+
+
+def test_masked_keys_do_not_affect_output():
+  layer = _self_layer(2)
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(2, 6, D_MODEL)).astype(np.float32)
+  ids = tf.constant([[3, 4, 5, 0, 0, 0], [8, 9, 10, 11, 0, 0]], tf.int32)
+  bias = attention_bias.padding_bias(ids)
+  changed = x.copy()
+  changed[0, 3:] = rng.normal(size=(3, D_MODEL)) * 10.0
+  changed[1, 4:] = rng.normal(size=(2, D_MODEL)) * 10.0
+  out = layer(tf.constant(x), bias, training=False).numpy()
+  out_changed = layer(tf.constant(changed), bias, training=False).numpy()
+  real = ids.numpy() != 0
+  np.testing.assert_allclose(out_changed[real], out[real], atol=1e-6)
+
+
+@pytest.mark.parametrize("num_heads", [2, 4])
+def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads):
+  layer = _cross_layer(num_heads, seed=5)
+  rng = np.random.default_rng(5)
+  query = rng.normal(size=(2, 3, D_MODEL)).astype(np.float32)
+  memory = rng.normal(size=(2, 5, D_MODEL)).astype(np.float32)
+  source_ids = tf.constant([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]], tf.int32)
+  bias = attention_bias.padding_bias(source_ids)
+  out = layer(tf.constant(query), bias, memory=tf.constant(memory), training=False).numpy()
+  kv = layer.kv_kernel.numpy().astype(np.float64)
+  ref = _reference(query.astype(np.float64), memory.astype(np.float64),
+                   layer.q_kernel.numpy().astype(np.float64), kv[:, :D_MODEL],
+                   kv[:, D_MODEL:], layer.output_kernel.numpy().astype(np.float64),
+                   bias.numpy().astype(np.float64), num_heads)
+  assert out.shape == (2, 3, D_MODEL)
+  np.testing.assert_allclose(out, ref, atol=1e-5)
+
+  changed = memory.copy()
+  changed[0, 3:] = 100.0
+  out_changed = layer(tf.constant(query), bias, memory=tf.constant(changed),
+                      training=False).numpy()
+  np.testing.assert_allclose(out_changed, out, atol=1e-6)
+
+  # projected memory used as a cache gives the same result
+  cached = layer(tf.constant(query), bias, cache=layer.project_memory(tf.constant(memory)),
+                 training=False).numpy()
+  np.testing.assert_allclose(cached, out, atol=1e-6)
+
+
+def test_self_attention_cache_writes_at_decode_index():
+  layer = _self_layer(2, seed=7)
+  x = np.random.default_rng(7).normal(size=(1, 3, D_MODEL)).astype(np.float32)
+  full = layer(tf.constant(x), attention_bias.causal_bias(3), training=False).numpy()
+  max_length = 5
+  zeros = tf.zeros([1, 2, max_length, D_MODEL // 2])
+  cache = {"key": zeros, "value": zeros}
+  neg = attention_bias.large_negative(tf.float32)
+  for i in range(3):
+    step_bias = np.where(np.arange(max_length) > i, neg, 0.0).astype(np.float32)
+    out, cache = layer(tf.constant(x[:, i:i + 1]), tf.constant(step_bias[None, None, None]),
+                       cache=cache, decode_index=tf.constant(i), training=False)
+    np.testing.assert_allclose(out.numpy()[0, 0], full[0, i], atol=1e-5)
+  # slots after the last written position stay zero
+  np.testing.assert_array_equal(cache["key"].numpy()[:, :, 3:], 0.0)
+
+
+def test_attention_config_round_trip():
+  layer = _self_layer(4)
+  config = layer.get_config()
+  assert config["num_heads"] == 4
+  assert config["self_attention"] is True
+  assert config["dropout_rate"] == 0.0
+  clone = MultiHeadAttention.from_config(config)
+  clone.build((None, None, D_MODEL))
+  clone.set_weights(layer.get_weights())
+  x = tf.random.stateless_normal([1, 3, D_MODEL], seed=[1, 2])
+  bias = tf.zeros([1, 1, 1, 3])
+  np.testing.assert_array_equal(clone(x, bias, training=False).numpy(),
+                                layer(x, bias, training=False).numpy())
+  cross = MultiHeadAttention.from_config(_cross_layer(2).get_config())
+  assert cross.self_attention is False and cross.num_heads == 2

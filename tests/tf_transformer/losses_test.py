@@ -1,0 +1,63 @@
+"""Tests of tf_transformer/losses.py against float64 numpy hand computations."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import losses
+
+LOGITS = np.array([[2.0, -1.0, 0.5, 0.0],
+                   [0.3, 0.1, -2.0, 1.7]], np.float64)
+LABELS = np.array([2, 3], np.int32)
+
+
+def _log_softmax(x):
+  m = x.max(axis=-1, keepdims=True)
+  return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def _reference(logits, labels, eps):
+  num_classes = logits.shape[-1]
+  q = (1.0 - eps) * np.eye(num_classes)[labels] + eps / num_classes
+  log_p = _log_softmax(logits)
+  return -(q * log_p).sum(axis=-1), -log_p[np.arange(len(labels)), labels]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_label_smoothed_cross_entropy_matches_hand_computation(eps):
+  loss, nll = losses.label_smoothed_cross_entropy(
+      tf.constant(LOGITS, tf.float32), tf.constant(LABELS), eps)
+  ref_loss, ref_nll = _reference(LOGITS, LABELS, eps)
+  assert loss.shape == (2,) and nll.shape == (2,)
+  np.testing.assert_allclose(loss.numpy(), ref_loss, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(nll.numpy(), ref_nll, rtol=1e-6, atol=1e-6)
+  if eps == 0.0:
+    np.testing.assert_allclose(loss.numpy(), nll.numpy(), rtol=1e-6)
+
+
+def test_label_smoothed_loss_is_stable_for_large_logits():
+  logits = tf.constant([[1000.0, 0.0, -1000.0]], tf.float32)
+  loss, nll = losses.label_smoothed_cross_entropy(logits, tf.constant([0]), 0.1)
+  assert np.all(np.isfinite(loss.numpy())) and np.all(np.isfinite(nll.numpy()))
+  np.testing.assert_allclose(nll.numpy(), [0.0], atol=1e-6)
+  # -(0.9 + 0.1/3) * 0 - 0.1/3 * (-1000) - 0.1/3 * (-2000)
+  np.testing.assert_allclose(loss.numpy(), [100.0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_token_statistics(eps):
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(7, 5))
+  labels = rng.integers(0, 5, size=7).astype(np.int32)
+  labels[:3] = np.argmax(logits[:3], axis=-1)  # at least some correct predictions
+  stats = losses.token_statistics(tf.constant(logits, tf.float32), tf.constant(labels), eps)
+  assert set(stats) == {"loss", "nll", "correct", "tokens"}
+  ref_loss, ref_nll = _reference(logits, labels, eps)
+  np.testing.assert_allclose(stats["loss"].numpy(), ref_loss.sum(), rtol=1e-5)
+  np.testing.assert_allclose(stats["nll"].numpy(), ref_nll.sum(), rtol=1e-5)
+  expected_correct = float(np.sum(np.argmax(logits, axis=-1) == labels))
+  assert expected_correct >= 3
+  assert float(stats["correct"]) == expected_correct
+  assert float(stats["tokens"]) == 7.0
+  for value in stats.values():
+    assert value.dtype == tf.float32 and value.shape == ()

@@ -1,0 +1,229 @@
+"""Tests of tf_transformer/model.py: masking, padding invariance, weight sharing, decoding."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer import losses
+from tf_transformer.model import Transformer
+
+VOCAB = 50
+CONFIG = dict(num_layers=2, d_model=32, num_heads=4, d_ff=64, dropout_rate=0.0,
+              attention_dropout_rate=0.0, relu_dropout_rate=0.0)
+
+
+def _model(norm_position="post", seed=0, **overrides):
+  keras.utils.set_random_seed(seed)
+  kwargs = dict(CONFIG, source_vocab_size=VOCAB, target_vocab_size=VOCAB,
+                shared_embeddings=True, norm_position=norm_position)
+  kwargs.update(overrides)
+  return Transformer(**kwargs)
+
+
+@pytest.fixture(scope="module", params=["post", "pre"])
+def model(request):
+  return _model(request.param)
+
+
+def _ids(rng, shape, low=1):
+  return rng.integers(low, VOCAB, size=shape).astype(np.int32)
+
+
+def _logits(model, source, target):
+  return model((tf.constant(source), tf.constant(target)), training=False).numpy()
+
+
+def test_causal_mask(model):
+  rng = np.random.default_rng(1)
+  source = _ids(rng, (2, 6))
+  source[1, 4:] = 0
+  target = _ids(rng, (2, 7))
+  base = _logits(model, source, target)
+  assert base.shape == (2, 7, VOCAB) and base.dtype == np.float32
+  assert np.all(np.isfinite(base))
+  for j in range(target.shape[1]):
+    changed = target.copy()
+    changed[:, j] = (changed[:, j] % (VOCAB - 1)) + 1  # another non-pad token
+    assert np.all(changed[:, j] != target[:, j])
+    out = _logits(model, source, changed)
+    np.testing.assert_allclose(out[:, :j], base[:, :j], rtol=0, atol=1e-6)
+    assert np.max(np.abs(out[:, j] - base[:, j])) > 1e-3, j
+
+
+def test_source_padding_invariance(model):
+  rng = np.random.default_rng(2)
+  source = _ids(rng, (2, 5))
+  source[0, 3:] = 0
+  target = _ids(rng, (2, 6))
+  base = _logits(model, source, target)
+  padded_source = np.concatenate([source, np.zeros((2, 4), np.int32)], axis=1)
+  out = _logits(model, padded_source, target)
+  np.testing.assert_allclose(out, base, rtol=0, atol=1e-5)
+
+
+def test_target_padding_invariance_of_logits_and_loss(model):
+  rng = np.random.default_rng(3)
+  source = _ids(rng, (2, 5))
+  source[1, 2:] = 0
+  lengths = np.array([6, 4])
+  target_input = _ids(rng, (2, 6))
+  target_input[1, 4:] = 0
+  labels = _ids(rng, (2, 6))
+  labels[1, 4:] = 0
+  base = _logits(model, source, target_input)
+  extra = 5
+  padded_input = np.concatenate([target_input, np.zeros((2, extra), np.int32)], axis=1)
+  padded_labels = np.concatenate([labels, np.zeros((2, extra), np.int32)], axis=1)
+  out = _logits(model, source, padded_input)
+  real = np.arange(6)[np.newaxis] < lengths[:, np.newaxis]
+  np.testing.assert_allclose(out[:, :6][real], base[real], rtol=0, atol=1e-5)
+
+  def stats(logits, label_ids):
+    mask = label_ids != 0
+    return {k: v.numpy() for k, v in losses.token_statistics(
+        tf.constant(logits[mask]), tf.constant(label_ids[mask]), 0.1).items()}
+
+  base_stats = stats(base, labels)
+  padded_stats = stats(out, padded_labels)
+  assert base_stats["tokens"] == padded_stats["tokens"] == lengths.sum()
+  assert base_stats["correct"] == padded_stats["correct"]
+  for key in ("loss", "nll"):
+    np.testing.assert_allclose(padded_stats[key], base_stats[key], rtol=1e-6, atol=1e-5)
+
+
+def test_other_sequences_in_batch_do_not_interact(model):
+  rng = np.random.default_rng(4)
+  source = _ids(rng, (2, 5))
+  source[0, 3:] = 0
+  target = _ids(rng, (2, 4))
+  batch = _logits(model, source, target)
+  single = _logits(model, source[:1, :3], target[:1])
+  np.testing.assert_allclose(single[0], batch[0], rtol=0, atol=1e-5)
+
+
+def _embedding_variables(model):
+  return [v for v in model.trainable_variables if v.path.endswith("embeddings")]
+
+
+def test_shared_embeddings_one_variable_with_gradients_from_both_paths():
+  model = _model("post")
+  assert model.source_embedding is model.target_embedding
+  embeddings = _embedding_variables(model)
+  assert len(embeddings) == 1
+  (shared,) = embeddings
+  assert tuple(shared.shape) == (VOCAB, CONFIG["d_model"])
+  assert len({id(v) for v in model.trainable_variables}) == len(model.trainable_variables)
+
+  ids = tf.constant([[3, 7, 11, 0]], tf.int32)
+  hidden = tf.random.stateless_normal([1, 4, CONFIG["d_model"]], seed=[1, 1])
+  with tf.GradientTape(persistent=True) as tape:
+    embed_loss = tf.reduce_sum(tf.square(model.source_embedding(ids)))
+    logits_loss = tf.reduce_sum(tf.square(model.logits(hidden)))
+    memory, _ = model.encode(ids, training=False)
+    encoder_loss = tf.reduce_sum(tf.square(memory[:, :, :5]))
+  for loss in (embed_loss, logits_loss, encoder_loss):
+    grad = tape.gradient(loss, shared)
+    assert grad is not None
+    grad = tf.convert_to_tensor(grad).numpy()
+    assert np.max(np.abs(grad)) > 0
+  # the embedding-only gradient touches exactly the rows of the real source tokens
+  grad = tf.convert_to_tensor(tape.gradient(embed_loss, shared)).numpy()
+  touched = set(np.nonzero(np.abs(grad).sum(axis=1))[0].tolist())
+  assert touched == {3, 7, 11}
+  del tape
+
+
+def test_unshared_embeddings_two_matrices():
+  model = _model("post", source_vocab_size=40, target_vocab_size=VOCAB, shared_embeddings=False)
+  assert model.source_embedding is not model.target_embedding
+  shapes = sorted(tuple(v.shape) for v in _embedding_variables(model))
+  assert shapes == [(40, CONFIG["d_model"]), (VOCAB, CONFIG["d_model"])]
+  out = model((tf.constant([[39, 2, 0]]), tf.constant([[49, 1]])), training=False)
+  assert out.shape == (1, 2, VOCAB)
+
+
+def test_shared_embeddings_reject_different_vocabularies():
+  with pytest.raises(ValueError):
+    Transformer(40, 50, shared_embeddings=True, **CONFIG)
+
+
+def test_cached_decoding_matches_full_forward(model):
+  rng = np.random.default_rng(5)
+  source = _ids(rng, (2, 6))
+  source[1, 3:] = 0
+  target = _ids(rng, (2, 5))
+  target[1, 3:] = 0  # trailing padding in the second sequence
+  full = _logits(model, source, target)
+  memory, bias = model.encode(tf.constant(source), training=False)
+  cache = model.init_decode_cache(memory, max_length=8)
+  lengths = [5, 3]
+  for i in range(target.shape[1]):
+    step_logits, cache = model.decode_step(tf.constant(target[:, i]), tf.constant(i), bias,
+                                           cache)
+    assert step_logits.shape == (2, VOCAB)
+    step_logits = step_logits.numpy()
+    for b in range(2):
+      if i < lengths[b]:
+        np.testing.assert_allclose(step_logits[b], full[b, i], rtol=0, atol=1e-5,
+                                   err_msg=f"sequence {b} step {i}")
+
+
+def test_cached_decoding_under_tf_function(model):
+  rng = np.random.default_rng(6)
+  source = _ids(rng, (1, 4))
+  target = _ids(rng, (1, 4))
+  full = _logits(model, source, target)
+  memory, bias = model.encode(tf.constant(source), training=False)
+  cache = model.init_decode_cache(memory, max_length=6)
+  step = tf.function(model.decode_step)
+  for i in range(4):
+    logits, cache = step(tf.constant(target[:, i]), tf.constant(i), bias, cache)
+    np.testing.assert_allclose(logits.numpy()[0], full[0, i], rtol=0, atol=1e-5)
+
+
+def test_padding_aware_ffn_does_not_change_logits():
+  aware = _model("pre", seed=2, padding_aware_ffn=True)
+  plain = _model("pre", seed=3, padding_aware_ffn=False)
+  plain.set_weights(aware.get_weights())
+  rng = np.random.default_rng(7)
+  source = _ids(rng, (2, 5))
+  source[0, 2:] = 0
+  target = _ids(rng, (2, 4))
+  target[1, 2:] = 0
+  a = _logits(aware, source, target)
+  p = _logits(plain, source, target)
+  np.testing.assert_allclose(a[0], p[0], atol=1e-5)
+  np.testing.assert_allclose(a[1, :2], p[1, :2], atol=1e-5)
+
+
+def test_dropout_only_in_training():
+  model = _model("post", dropout_rate=0.3, attention_dropout_rate=0.3, relu_dropout_rate=0.3)
+  inputs = (tf.constant([[5, 6, 7, 0]]), tf.constant([[1, 8, 9]]))
+  eval_a = model(inputs, training=False).numpy()
+  eval_b = model(inputs, training=False).numpy()
+  np.testing.assert_array_equal(eval_a, eval_b)
+  train_a = model(inputs, training=True).numpy()
+  train_b = model(inputs, training=True).numpy()
+  assert np.max(np.abs(train_a - train_b)) > 1e-4
+  assert np.max(np.abs(train_a - eval_a)) > 1e-4
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_config_round_trip(norm_position):
+  model = _model(norm_position, seed=4)
+  config = model.get_config()
+  for key, value in CONFIG.items():
+    assert config[key] == value
+  assert config["norm_position"] == norm_position
+  assert config["shared_embeddings"] is True
+  clone = Transformer.from_config(config)
+  assert len(clone.weights) == len(model.weights)
+  assert len(clone.trainable_variables) == len(model.trainable_variables)
+  assert [tuple(w.shape) for w in clone.weights] == [tuple(w.shape) for w in model.weights]
+  clone.set_weights(model.get_weights())
+  rng = np.random.default_rng(8)
+  source = _ids(rng, (2, 5))
+  source[1, 3:] = 0
+  target = _ids(rng, (2, 4))
+  np.testing.assert_array_equal(_logits(clone, source, target), _logits(model, source, target))

@@ -1,0 +1,170 @@
+"""Every command-line flag, grouped by concern, and the frozen configs built from them.
+
+Library code never reads FLAGS: the CLIs call `from_flags()` once and pass the configs down.
+All CLIs import this module, so one flagfile serves training, translation and export.
+"""
+
+import dataclasses
+
+from absl import flags
+
+from tf_transformer.layers.residual import NORM_POSITIONS
+
+# ---------------------------------------------------------------- data
+flags.DEFINE_string("data_dir", None, "Folder of the corpus files {prefix}.{lang}[.gz].")
+flags.DEFINE_string("src_lang", "en", "Source language suffix of the corpus files.")
+flags.DEFINE_string("tgt_lang", "de", "Target language suffix of the corpus files.")
+flags.DEFINE_string("train_prefix", "train", "Training corpus: {data_dir}/{train_prefix}.{lang}.")
+flags.DEFINE_string("dev_prefix", "val", "Dev corpus (loss, BLEU, best checkpoint).")
+flags.DEFINE_string("test_prefix", None, "Test corpus, scored once after training.")
+flags.DEFINE_integer("max_length", 100, "Pairs with more subword tokens on a side are dropped.")
+flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size (per model).")
+flags.DEFINE_enum("spm_model_type", "unigram", ["unigram", "bpe"], "SentencePiece algorithm.")
+flags.DEFINE_bool("shared_vocab", True,
+                  "One joint vocabulary and one embedding matrix for source, target and "
+                  "softmax; false: separate vocabularies, the target matrix still ties the softmax.")
+flags.DEFINE_integer("spm_input_sentences", 2_000_000,
+                     "At most this many sentences (sampled) train the SentencePiece model.")
+flags.DEFINE_enum("on_bad_line", "error", ["error", "skip"],
+                  "A line that is not UTF-8: stop with its file:line, or skip the pair.")
+flags.DEFINE_integer("batch_tokens", 4096, "Tokens per batch (per side, counting padding).")
+flags.DEFINE_integer("shuffle_buffer", 100_000, "Examples in the shuffle buffer.")
+
+# ---------------------------------------------------------------- model
+flags.DEFINE_integer("num_layers", 6, "Encoder and decoder layers (each).")
+flags.DEFINE_integer("d_model", 512, "Model width.")
+flags.DEFINE_integer("num_heads", 8, "Attention heads.")
+flags.DEFINE_integer("d_ff", 2048, "Inner width of the feed-forward layers.")
+flags.DEFINE_float("dropout", 0.1, "Residual and embedding dropout.")
+flags.DEFINE_float("attention_dropout", 0.1, "Dropout on attention weights.")
+flags.DEFINE_float("relu_dropout", 0.1, "Dropout after the feed-forward ReLU.")
+flags.DEFINE_enum("norm_position", "post", list(NORM_POSITIONS),
+                  "post: the paper's LayerNorm(x + F(x)); pre: x + F(LayerNorm(x)).")
+flags.DEFINE_bool("padding_aware_ffn", True, "Skip padded positions in the feed-forward layers.")
+
+# ---------------------------------------------------------------- training
+flags.DEFINE_string("model_dir", None, "Checkpoints, vocabulary, TensorBoard logs.")
+flags.DEFINE_integer("train_steps", 100_000, "Optimizer steps in total (resumes count).")
+flags.DEFINE_integer("warmup_steps", 4000, "Noam schedule warm-up steps.")
+flags.DEFINE_float("learning_rate", 1.0, "Scale factor of the Noam schedule.")
+flags.DEFINE_float("label_smoothing", 0.1, "Label smoothing epsilon.")
+flags.DEFINE_float("clip_norm", 0.0, "Clip gradients to this global norm (0: off).")
+flags.DEFINE_integer("eval_every", 1000, "Steps between dev evaluations.")
+flags.DEFINE_integer("save_every", 1000, "Steps between checkpoints.")
+flags.DEFINE_integer("keep_checkpoints", 5, "Recent checkpoints kept (the best is kept apart).")
+flags.DEFINE_integer("eval_sentences", 1000, "Dev sentences decoded for BLEU (0: all).")
+flags.DEFINE_integer("eval_batch_size", 64, "Sentences per decoding batch.")
+flags.DEFINE_integer("extra_decode_length", 50,
+                     "Greedy decoding stops at source length + this many tokens.")
+flags.DEFINE_integer("early_stopping", 0,
+                     "Stop after this many evaluations without a better dev BLEU (0: off).")
+flags.DEFINE_integer("seed", 1234, "Seed of initialisation, dropout and data order.")
+flags.DEFINE_bool("deterministic", False,
+                  "Enable TF op determinism (bit-exact reruns and resumes; slower).")
+flags.DEFINE_enum("distribution", "default", ["default", "mirrored"],
+                  "default: one device; mirrored: MirroredStrategy over all GPUs, or over "
+                  "--num_cpu_devices logical CPUs when there is no GPU.")
+flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical devices.")
+
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Where the corpora are and how they become batches."""
+  data_dir: str
+  src_lang: str = "en"
+  tgt_lang: str = "de"
+  train_prefix: str = "train"
+  dev_prefix: str | None = "val"
+  test_prefix: str | None = None
+  max_length: int = 100
+  vocab_size: int = 8000
+  spm_model_type: str = "unigram"
+  shared_vocab: bool = True
+  spm_input_sentences: int = 2_000_000
+  on_bad_line: str = "error"
+  batch_tokens: int = 4096
+  shuffle_buffer: int = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture; the field names are the Transformer's constructor arguments."""
+  source_vocab_size: int
+  target_vocab_size: int
+  shared_embeddings: bool = True
+  num_layers: int = 6
+  d_model: int = 512
+  num_heads: int = 8
+  d_ff: int = 2048
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  relu_dropout_rate: float = 0.1
+  norm_position: str = "post"
+  padding_aware_ffn: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """The optimisation loop, evaluation and checkpointing."""
+  model_dir: str
+  train_steps: int = 100_000
+  warmup_steps: int = 4000
+  learning_rate: float = 1.0
+  label_smoothing: float = 0.1
+  clip_norm: float = 0.0
+  eval_every: int = 1000
+  save_every: int = 1000
+  keep_checkpoints: int = 5
+  eval_sentences: int = 1000
+  eval_batch_size: int = 64
+  extra_decode_length: int = 50
+  early_stopping: int = 0
+  seed: int = 1234
+  deterministic: bool = False
+  distribution: str = "default"
+  num_cpu_devices: int = 1
+
+
+class FlagError(ValueError):
+  """A flag is missing or out of range; the message names it."""
+
+
+def _require(condition: bool, message: str):
+  if not condition:
+    raise FlagError(message)
+
+
+def data_config_from_flags() -> DataConfig:
+  _require(FLAGS.data_dir, "--data_dir is required (the folder of the corpus files)")
+  _require(FLAGS.max_length > 0, f"--max_length must be positive, got {FLAGS.max_length}")
+  _require(FLAGS.vocab_size >= 16, f"--vocab_size must be at least 16, got {FLAGS.vocab_size}")
+  _require(FLAGS.batch_tokens > FLAGS.max_length,
+           f"--batch_tokens ({FLAGS.batch_tokens}) must exceed --max_length ({FLAGS.max_length})")
+  names = [f.name for f in dataclasses.fields(DataConfig)]
+  return DataConfig(**{name: FLAGS[name].value for name in names})
+
+
+def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> ModelConfig:
+  _require(FLAGS.d_model % FLAGS.num_heads == 0,
+           f"--d_model ({FLAGS.d_model}) must be divisible by --num_heads ({FLAGS.num_heads})")
+  _require(FLAGS.d_model % 2 == 0, f"--d_model must be even, got {FLAGS.d_model}")
+  for name in ("dropout", "attention_dropout", "relu_dropout"):
+    _require(0.0 <= FLAGS[name].value < 1.0, f"--{name} must be in [0, 1)")
+  return ModelConfig(
+      source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
+      shared_embeddings=FLAGS.shared_vocab, num_layers=FLAGS.num_layers, d_model=FLAGS.d_model,
+      num_heads=FLAGS.num_heads, d_ff=FLAGS.d_ff, dropout_rate=FLAGS.dropout,
+      attention_dropout_rate=FLAGS.attention_dropout, relu_dropout_rate=FLAGS.relu_dropout,
+      norm_position=FLAGS.norm_position, padding_aware_ffn=FLAGS.padding_aware_ffn)
+
+
+def train_config_from_flags() -> TrainConfig:
+  _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
+  for name in ("train_steps", "warmup_steps", "eval_every", "save_every", "eval_batch_size",
+               "num_cpu_devices", "keep_checkpoints"):
+    _require(FLAGS[name].value > 0, f"--{name} must be positive, got {FLAGS[name].value}")
+  _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
+  names = [f.name for f in dataclasses.fields(TrainConfig)]
+  return TrainConfig(**{name: FLAGS[name].value for name in names})

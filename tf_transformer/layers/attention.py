@@ -1,0 +1,129 @@
+"""Multi-head scaled dot-product attention with an additive bias and a key/value cache."""
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+  """Multi-head attention, "Attention Is All You Need" sections 3.2.1-3.2.2.
+
+  Self-attention projects queries, keys and values with one fused [d_model, 3 * d_model]
+  matmul; cross-attention projects the query alone and keys/values from `memory` with one
+  [d_model, 2 * d_model] matmul. Projections have no bias, as in the reference implementation.
+
+  Sizes: B batch, T query length, S key length, H heads, D = d_model / H.
+  """
+
+  def __init__(self, num_heads: int, dropout_rate: float = 0.0, self_attention: bool = True,
+               **kwargs):
+    super().__init__(**kwargs)
+    self.num_heads = num_heads
+    self.dropout_rate = dropout_rate
+    self.self_attention = self_attention
+    self._dropout = keras.layers.Dropout(dropout_rate)
+
+  def build(self, query_shape, memory_shape=None):
+    d_model = query_shape[-1]
+    if d_model % self.num_heads:
+      raise ValueError(f"d_model {d_model} is not divisible by num_heads {self.num_heads}")
+    self.d_model = d_model
+    init = keras.initializers.GlorotUniform()
+    if self.self_attention:
+      self.qkv_kernel = self.add_weight(name="qkv_kernel", shape=(d_model, 3 * d_model),
+                                        initializer=init)
+    else:
+      self.q_kernel = self.add_weight(name="q_kernel", shape=(d_model, d_model), initializer=init)
+      self.kv_kernel = self.add_weight(name="kv_kernel", shape=(d_model, 2 * d_model),
+                                       initializer=init)
+    self.output_kernel = self.add_weight(name="output_kernel", shape=(d_model, d_model),
+                                         initializer=init)
+
+  def _project(self, x, kernel, parts):
+    """[B, T, d_model] @ [d_model, parts * d_model] -> `parts` tensors [B, H, T, D]."""
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    y = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(kernel, self.compute_dtype))
+    y = tf.reshape(y, [batch, length, parts, self.num_heads, self.d_model // self.num_heads])
+    y = tf.transpose(y, [2, 0, 3, 1, 4])  # -> [parts, B, H, T, D]
+    return tf.unstack(y, num=parts, axis=0)
+
+  def project_memory(self, memory):
+    """Keys and values of cross-attention, computed once per source.
+
+    Args:
+      memory: [B, S, d_model] encoder output.
+
+    Returns:
+      dict with "key" and "value", each [B, H, S, D].
+    """
+    key, value = self._project(memory, self.kv_kernel, 2)
+    return {"key": key, "value": value}
+
+  def _attend(self, query, key, value, bias, training):
+    """query [B, H, T, D], key/value [B, H, S, D], bias broadcastable to [B, H, T, S]."""
+    depth = self.d_model // self.num_heads
+    query *= tf.cast(depth**-0.5, query.dtype)
+    # softmax in float32: its exp/sum loses too much in float16/bfloat16
+    logits = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # -> [B, H, T, S]
+    weights = tf.nn.softmax(logits + tf.cast(bias, tf.float32))
+    weights = self._dropout(tf.cast(weights, self.compute_dtype), training=training)
+    context = tf.matmul(weights, value)  # -> [B, H, T, D]
+    batch, length = tf.shape(context)[0], tf.shape(context)[2]
+    context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, self.d_model])
+    output = tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
+    return tf.reshape(output, [batch, length, self.d_model])
+
+  def call(self, query, bias, memory=None, cache=None, decode_index=None, training=None):
+    """Attends from `query` to itself (self-attention) or to `memory` (cross-attention).
+
+    Args:
+      query: [B, T, d_model].
+      bias: float [B or 1, 1, T or 1, S]; added to the attention logits.
+      memory: [B, S, d_model] encoder output; cross-attention only, unless `cache` holds its
+        projected keys and values.
+      cache: optional dict of decoding state. Self-attention: "key"/"value" buffers
+        [B, H, max_length, D] into which the T new keys/values are written at `decode_index`.
+        Cross-attention: the output of `project_memory`, used as is.
+      decode_index: int32 scalar, the position of query[:, 0] (with a self-attention cache).
+      training: enables attention dropout.
+
+    Returns:
+      [B, T, d_model]; with a self-attention cache, the tuple (output, updated cache).
+    """
+    if self.self_attention:
+      query, key, value = self._project(query, self.qkv_kernel, 3)
+      if cache is not None:
+        cache = self._write_cache(cache, key, value, decode_index)
+        return self._attend(query, cache["key"], cache["value"], bias, training), cache
+    else:
+      query = self._project(query, self.q_kernel, 1)[0]
+      if cache is not None:
+        key, value = cache["key"], cache["value"]
+      else:
+        key, value = self._project(memory, self.kv_kernel, 2)
+    return self._attend(query, key, value, bias, training)
+
+  @staticmethod
+  def _write_cache(cache, key, value, decode_index):
+    """Returns the buffers with key/value [B, H, T, D] written at time `decode_index`.
+
+    The buffers keep a static shape so that a decoding loop compiles once (also under XLA);
+    the caller's bias hides the positions not written yet.
+    """
+    max_length = cache["key"].shape[2] or tf.shape(cache["key"])[2]
+    length = tf.shape(key)[2]
+    positions = decode_index + tf.range(length)
+    # one-hot [T, max_length] write: a matmul keeps shapes static, unlike scatter
+    write = tf.one_hot(positions, max_length, dtype=key.dtype)
+    keep = 1.0 - tf.reduce_sum(write, axis=0)[:, tf.newaxis]  # -> [max_length, 1]
+    return {"key": cache["key"] * keep + tf.einsum("tl,bhtd->bhld", write, key),
+            "value": cache["value"] * keep + tf.einsum("tl,bhtd->bhld", write, value)}
+
+  def compute_output_shape(self, query_shape, *args, **kwargs):
+    return query_shape
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(num_heads=self.num_heads, dropout_rate=self.dropout_rate,
+                  self_attention=self.self_attention)
+    return config

@@ -1,0 +1,97 @@
+"""Token embeddings shared with the pre-softmax projection, and sinusoidal positions."""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.layers.attention_bias import PAD_ID
+
+
+def positional_encoding(positions: tf.Tensor, d_model: int, dtype=tf.float32) -> tf.Tensor:
+  """Sinusoidal encoding of "Attention Is All You Need", section 3.5.
+
+  PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle): each
+  (even, odd) pair of dimensions shares one frequency.
+
+  Args:
+    positions: int or float [length] (or any shape [...]).
+    d_model: even model width.
+
+  Returns:
+    dtype [..., d_model].
+  """
+  if d_model % 2:
+    raise ValueError(f"d_model must be even for sinusoidal positions, got {d_model}")
+  half = d_model // 2
+  inv_freq = tf.exp(tf.range(half, dtype=tf.float32) * (-2.0 * math.log(10000.0) / d_model))
+  angles = tf.cast(positions, tf.float32)[..., tf.newaxis] * inv_freq  # -> [..., half]
+  # stack then flatten the last two axes to interleave: sin, cos, sin, cos, ...
+  encoding = tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1)  # -> [..., half, 2]
+  encoding = tf.reshape(encoding, tf.concat([tf.shape(angles)[:-1], [d_model]], axis=0))
+  return tf.cast(encoding, dtype)
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class SharedEmbedding(keras.layers.Layer):
+  """One [vocab_size, d_model] matrix that embeds tokens and projects to vocabulary logits.
+
+  Section 3.4: the same weights serve the embedding layers and the pre-softmax linear
+  transformation; embeddings are multiplied by sqrt(d_model). The scale exists because the
+  weights are initialised with stddev d_model^-0.5 (right for the logits), so scaled embeddings
+  have unit variance, the same order as the positional encoding they are added to.
+  """
+
+  def __init__(self, vocab_size: int, d_model: int, **kwargs):
+    super().__init__(**kwargs)
+    self.vocab_size = vocab_size
+    self.d_model = d_model
+
+  def build(self, input_shape=None):
+    self.embeddings = self.add_weight(
+        name="embeddings",
+        shape=(self.vocab_size, self.d_model),
+        initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
+    )
+
+  def call(self, ids):
+    """Embeds token ids with positions.
+
+    Args:
+      ids: int32 [batch, length]; PAD_ID marks padding.
+
+    Returns:
+      [batch, length, d_model]: sqrt(d_model)-scaled embedding plus positional encoding;
+      zeros at padded positions.
+    """
+    return self.embed(ids, tf.range(tf.shape(ids)[1]))
+
+  def embed(self, ids, positions):
+    """Embeds `ids` [batch, length] at `positions` [length] -> [batch, length, d_model]."""
+    x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
+    x = x * tf.cast(self.d_model**0.5, self.compute_dtype)
+    x += positional_encoding(positions, self.d_model, self.compute_dtype)
+    not_pad = tf.cast(tf.not_equal(ids, PAD_ID), self.compute_dtype)
+    return x * not_pad[..., tf.newaxis]
+
+  def logits(self, hidden):
+    """Pre-softmax projection with the transposed embedding matrix.
+
+    Args:
+      hidden: [..., d_model].
+
+    Returns:
+      float32 [..., vocab_size] (float32 so softmax and loss stay stable in mixed precision).
+    """
+    kernel = tf.cast(self.embeddings, self.compute_dtype)
+    logits = tf.matmul(tf.reshape(hidden, [-1, self.d_model]), kernel, transpose_b=True)
+    shape = tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0)
+    return tf.cast(tf.reshape(logits, shape), tf.float32)
+
+  def compute_output_shape(self, input_shape):
+    return tuple(input_shape) + (self.d_model,)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(vocab_size=self.vocab_size, d_model=self.d_model)
+    return config

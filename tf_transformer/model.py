@@ -1,0 +1,146 @@
+"""The Transformer encoder-decoder as a Keras model with `encode`, `decode` and `decode_step`."""
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.layers import attention_bias
+from tf_transformer.layers.decoder import Decoder
+from tf_transformer.layers.embedding import SharedEmbedding
+from tf_transformer.layers.encoder import Encoder
+
+_MODEL_ARGS = ("source_vocab_size", "target_vocab_size", "shared_embeddings", "num_layers",
+               "d_model", "num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
+               "relu_dropout_rate", "norm_position", "padding_aware_ffn")
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Transformer(keras.Model):
+  """Encoder-decoder Transformer, "Attention Is All You Need" (Vaswani et al., 2017).
+
+  With `shared_embeddings` (a joint vocabulary) one matrix embeds source and target tokens and
+  projects decoder states to logits (section 3.4). Without it the source has its own matrix
+  and the target matrix still serves as the pre-softmax projection.
+
+  Token ids: PAD_ID (0) is padding; the decoder input is the target shifted right behind BOS.
+  """
+
+  def __init__(self, source_vocab_size: int, target_vocab_size: int,
+               shared_embeddings: bool = True, num_layers: int = 6, d_model: int = 512,
+               num_heads: int = 8, d_ff: int = 2048, dropout_rate: float = 0.1,
+               attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
+               norm_position: str = "post", padding_aware_ffn: bool = True, **kwargs):
+    super().__init__(**kwargs)
+    if shared_embeddings and source_vocab_size != target_vocab_size:
+      raise ValueError("shared_embeddings needs one vocabulary: source_vocab_size "
+                       f"{source_vocab_size} != target_vocab_size {target_vocab_size}")
+    self.source_vocab_size = source_vocab_size
+    self.target_vocab_size = target_vocab_size
+    self.shared_embeddings = shared_embeddings
+    self.num_layers = num_layers
+    self.d_model = d_model
+    self.num_heads = num_heads
+    self.d_ff = d_ff
+    self.dropout_rate = dropout_rate
+    self.attention_dropout_rate = attention_dropout_rate
+    self.relu_dropout_rate = relu_dropout_rate
+    self.norm_position = norm_position
+    self.padding_aware_ffn = padding_aware_ffn
+
+    policy = self.dtype_policy
+    self.target_embedding = SharedEmbedding(target_vocab_size, d_model,
+                                            name="target_embedding", dtype=policy)
+    self.source_embedding = (self.target_embedding if shared_embeddings else
+                             SharedEmbedding(source_vocab_size, d_model,
+                                             name="source_embedding", dtype=policy))
+    self.embedding_dropout = keras.layers.Dropout(dropout_rate)
+    stack_args = dict(num_layers=num_layers, num_heads=num_heads, d_ff=d_ff,
+                      dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+                      relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,
+                      padding_aware_ffn=padding_aware_ffn, dtype=policy)
+    self.encoder = Encoder(name="encoder", **stack_args)
+    self.decoder = Decoder(name="decoder", **stack_args)
+    self._build_all()
+
+  def _build_all(self):
+    """Creates every weight now, so checkpoints can be restored before the first call."""
+    shape = (None, None, self.d_model)
+    for layer in (self.target_embedding, self.source_embedding):
+      if not layer.built:
+        layer.build()
+    self.encoder.build(shape)
+    self.decoder.build(shape)
+    self.built = True
+
+  def encode(self, source_ids, training=None):
+    """Encodes a source batch.
+
+    Args:
+      source_ids: int32 [batch, source_length], PAD_ID-padded.
+
+    Returns:
+      memory: [batch, source_length, d_model].
+      cross_attention_bias: float32 [batch, 1, 1, source_length].
+    """
+    bias = attention_bias.padding_bias(source_ids)
+    x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+    mask = tf.not_equal(source_ids, attention_bias.PAD_ID)
+    return self.encoder(x, bias, mask, training=training), bias
+
+  def decode(self, target_input_ids, memory, cross_attention_bias, training=None):
+    """Runs the decoder over whole target prefixes (teacher forcing).
+
+    Args:
+      target_input_ids: int32 [batch, target_length], BOS then the target shifted right.
+      memory: [batch, source_length, d_model].
+      cross_attention_bias: float32 [batch, 1, 1, source_length].
+
+    Returns:
+      [batch, target_length, d_model] decoder states (feed them to `logits`).
+    """
+    self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
+    x = self.embedding_dropout(self.target_embedding(target_input_ids), training=training)
+    mask = tf.not_equal(target_input_ids, attention_bias.PAD_ID)
+    return self.decoder(x, memory, self_bias, cross_attention_bias, mask, training=training)
+
+  def logits(self, hidden):
+    """hidden [..., d_model] -> float32 [..., target_vocab_size]."""
+    return self.target_embedding.logits(hidden)
+
+  def call(self, inputs, training=None):
+    """inputs: (source_ids [B, S], target_input_ids [B, T]) -> float32 logits [B, T, V]."""
+    source_ids, target_input_ids = inputs
+    memory, bias = self.encode(source_ids, training=training)
+    return self.logits(self.decode(target_input_ids, memory, bias, training=training))
+
+  def init_decode_cache(self, memory, max_length: int):
+    """Decoding state for `max_length` steps; see Decoder.init_cache."""
+    return self.decoder.init_cache(memory, max_length)
+
+  def decode_step(self, ids, decode_index, cross_attention_bias, cache):
+    """Logits for the next token after feeding one token per sequence.
+
+    Args:
+      ids: int32 [batch], the token at position `decode_index`.
+      decode_index: int32 scalar.
+      cross_attention_bias: float32 [batch, 1, 1, source_length].
+      cache: from `init_decode_cache` or the previous step.
+
+    Returns:
+      logits: float32 [batch, target_vocab_size], of the token at `decode_index + 1`.
+      cache: the updated decoding state.
+    """
+    max_length = cache[0]["self"]["key"].shape[2] or tf.shape(cache[0]["self"]["key"])[2]
+    positions = tf.range(max_length)
+    # hide the buffer slots after the current position (not written yet)
+    future = tf.cast(positions > decode_index, tf.float32)
+    self_bias = (future * attention_bias.large_negative(tf.float32))[tf.newaxis, tf.newaxis,
+                                                                     tf.newaxis, :]
+    x = self.target_embedding.embed(ids[:, tf.newaxis], decode_index[tf.newaxis])
+    x, cache = self.decoder(x, None, self_bias, cross_attention_bias, None, cache=cache,
+                            decode_index=decode_index)
+    return self.logits(x[:, 0, :]), cache
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({name: getattr(self, name) for name in _MODEL_ARGS})
+    return config
