@@ -50,13 +50,15 @@ class Translator:
     return outputs
 
 
-def corpus_bleu(hypotheses: list[str], references: list[str]) -> sacrebleu.metrics.bleu.BLEUScore:
-  """sacreBLEU (13a tokenization, exp smoothing) of detokenized text."""
-  return sacrebleu.corpus_bleu(hypotheses, [references])
+def corpus_bleu(hypotheses: list[str], references: list[str]):
+  """sacreBLEU of detokenized text (13a tokenization, exp smoothing, one reference).
 
-
-def bleu_signature() -> str:
-  return str(sacrebleu.metrics.BLEU().get_signature())
+  Returns:
+    (BLEUScore, its sacreBLEU signature string).
+  """
+  metric = sacrebleu.metrics.BLEU()
+  score = metric.corpus_score(hypotheses, [references])
+  return score, str(metric.get_signature())
 
 
 def make_loss_statistics(model, label_smoothing: float):

@@ -200,7 +200,7 @@ class Trainer:
     if pairs:
       sources, references = zip(*pairs)
       hypotheses = self.translator.translate(list(sources))
-      results["bleu"] = evaluation.corpus_bleu(hypotheses, list(references)).score
+      results["bleu"] = evaluation.corpus_bleu(hypotheses, list(references))[0].score
       samples = "\n\n".join(f"**source** {s}  \n**reference** {r}  \n**output** {h}"
                             for s, r, h in list(zip(sources, references, hypotheses))[:4])
       with self._writers["eval"].as_default(step=self.step):
@@ -291,9 +291,8 @@ class Trainer:
         self._restore(self.best_manager)
       sources, references = zip(*test)
       hypotheses = self.translator.translate(list(sources))
-      bleu = evaluation.corpus_bleu(hypotheses, list(references))
-      results.update(test_bleu=bleu.score, test_bleu_text=str(bleu),
-                     bleu_signature=evaluation.bleu_signature())
+      bleu, signature = evaluation.corpus_bleu(hypotheses, list(references))
+      results.update(test_bleu=bleu.score, test_bleu_text=str(bleu), bleu_signature=signature)
       path = os.path.join(self.config.model_dir, "test_hypotheses.txt")
       with open(path, "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in hypotheses)
