@@ -5,35 +5,31 @@ import tensorflow as tf
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import FeedForward
-from tf_transformer.layers.residual import FinalNorm, ResidualNorm
+from tf_transformer.layers.residual import ResidualNorm
+from tf_transformer.layers.stack import LayerStack, TransformerLayer
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(TransformerLayer):
   """One decoder layer, "Attention Is All You Need" section 3.1."""
 
-  def __init__(self, num_heads: int, d_ff: int, dropout_rate: float = 0.1,
-               attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
-               norm_position: str = "post", padding_aware_ffn: bool = True, **kwargs):
-    super().__init__(**kwargs)
-    self.num_heads = num_heads
-    self.d_ff = d_ff
-    self.dropout_rate = dropout_rate
-    self.attention_dropout_rate = attention_dropout_rate
-    self.relu_dropout_rate = relu_dropout_rate
-    self.norm_position = norm_position
-    self.padding_aware_ffn = padding_aware_ffn
+  def __init__(self, *args, **kwargs):
+    """Takes TransformerLayer's arguments."""
+    super().__init__(*args, **kwargs)
     policy = self.dtype_policy
-    self.self_attention = MultiHeadAttention(num_heads, attention_dropout_rate, True,
+    heads, attention_dropout = self.num_heads, self.attention_dropout_rate
+    self.self_attention = MultiHeadAttention(heads, attention_dropout, True,
                                              name="self_attention", dtype=policy)
-    self.self_attention_block = ResidualNorm(dropout_rate, norm_position,
+    self.self_attention_block = ResidualNorm(self.dropout_rate, self.norm_position,
                                              name="self_attention_block", dtype=policy)
-    self.cross_attention = MultiHeadAttention(num_heads, attention_dropout_rate, False,
+    self.cross_attention = MultiHeadAttention(heads, attention_dropout, False,
                                               name="cross_attention", dtype=policy)
-    self.cross_attention_block = ResidualNorm(dropout_rate, norm_position,
+    self.cross_attention_block = ResidualNorm(self.dropout_rate, self.norm_position,
                                               name="cross_attention_block", dtype=policy)
-    self.ffn = FeedForward(d_ff, relu_dropout_rate, padding_aware_ffn, name="ffn", dtype=policy)
-    self.ffn_block = ResidualNorm(dropout_rate, norm_position, name="ffn_block", dtype=policy)
+    self.ffn = FeedForward(self.d_ff, self.relu_dropout_rate, self.padding_aware_ffn,
+                           name="ffn", dtype=policy)
+    self.ffn_block = ResidualNorm(self.dropout_rate, self.norm_position, name="ffn_block",
+                                  dtype=policy)
 
   def build(self, inputs_shape, *args, **kwargs):
     for layer in (self.self_attention, self.self_attention_block, self.cross_attention_block,
@@ -81,44 +77,12 @@ class DecoderLayer(keras.layers.Layer):
       return x
     return x, {"self": self_cache, "cross": cross_cache}
 
-  def compute_output_shape(self, inputs_shape, *args, **kwargs):
-    return inputs_shape
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(num_heads=self.num_heads, d_ff=self.d_ff, dropout_rate=self.dropout_rate,
-                  attention_dropout_rate=self.attention_dropout_rate,
-                  relu_dropout_rate=self.relu_dropout_rate, norm_position=self.norm_position,
-                  padding_aware_ffn=self.padding_aware_ffn)
-    return config
-
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
   """`num_layers` DecoderLayers, then a final layer norm when pre-norm."""
 
-  def __init__(self, num_layers: int, **layer_kwargs):
-    base_kwargs = {k: layer_kwargs.pop(k) for k in ("name", "dtype", "trainable")
-                   if k in layer_kwargs}
-    super().__init__(**base_kwargs)
-    self.num_layers = num_layers
-    self.layer_kwargs = dict(layer_kwargs)
-    # attributes, not a list: tf.train.Checkpoint does not track Keras 3 lists of layers
-    for i in range(num_layers):
-      setattr(self, f"layer_{i}", DecoderLayer(**layer_kwargs, name=f"layer_{i}",
-                                         dtype=self.dtype_policy))
-    self.final_norm = FinalNorm(layer_kwargs.get("norm_position", "post"), name="final_norm",
-                                dtype=self.dtype_policy)
-
-  @property
-  def stack(self) -> list:
-    """The layers, bottom first."""
-    return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
-
-  def build(self, inputs_shape, *args, **kwargs):
-    for layer in self.stack:
-      layer.build(inputs_shape)
-    self.final_norm.build(inputs_shape)
+  layer_class = DecoderLayer
 
   def init_cache(self, memory, max_length: int):
     """Decoding state for `max_length` steps over the encoder output `memory` [B, S, d_model].
@@ -156,11 +120,3 @@ class Decoder(keras.layers.Layer):
                              cache=layer_cache, decode_index=decode_index, training=training)
       new_cache.append(layer_cache)
     return self.final_norm(x), new_cache
-
-  def compute_output_shape(self, inputs_shape, *args, **kwargs):
-    return inputs_shape
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(num_layers=self.num_layers, **self.layer_kwargs)
-    return config
