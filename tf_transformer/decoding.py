@@ -1,41 +1,46 @@
-"""Greedy decoding with the model's key/value cache, inside one tf.while_loop."""
+"""Decoding a Transformer: the `symbols_to_logits_fn` closure for beam search, and its output."""
 
 import tensorflow as tf
 
 from data_pipeline.tokenizer import BOS_ID, EOS_ID
-from tf_transformer.layers.attention_bias import PAD_ID
+from tf_transformer import beam_search
+from tf_transformer.layers.attention_bias import PAD_ID, large_negative
 
 
-def greedy_decode(model, source_ids, max_decode_length):
-  """Decodes the argmax token at each step until every sequence emitted EOS.
+def never_generated_bias(vocab_size: int):
+  """float32 [vocab_size]: a large negative at PAD and BOS, which no output may contain."""
+  return tf.tensor_scatter_nd_update(tf.zeros([vocab_size]), [[PAD_ID], [BOS_ID]],
+                                     [large_negative(tf.float32)] * 2)
+
+
+def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
+           extra_decode_length: int = 50, min_length=0):
+  """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
 
   Args:
     model: a Transformer.
     source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
-    max_decode_length: int32 scalar, the most tokens generated (EOS included).
+    beam_size: hypotheses kept per sentence.
+    alpha: GNMT length-penalty exponent.
+    extra_decode_length: at most source_length + this many target tokens (EOS included).
+    min_length: no EOS before this many tokens.
 
   Returns:
-    int32 [batch, max_decode_length]: the tokens, EOS included, PAD_ID after it.
+    ids: int32 [batch, beam_size, max_decode_length], best first, EOS then zeros.
+    scores: float32 [batch, beam_size], length-normalized log-probabilities.
   """
-  batch = tf.shape(source_ids)[0]
+  max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
   memory, cross_bias = model.encode(source_ids, training=False)
-  cache = model.init_decode_cache(memory, max_decode_length)
-  output = tf.TensorArray(tf.int32, size=max_decode_length)
+  cache = {"layers": model.init_decode_cache(memory, max_decode_length),
+           "cross_bias": cross_bias}
+  forbidden = never_generated_bias(model.target_vocab_size)
 
-  def not_done(step, ids, finished, cache, output):
-    return tf.logical_and(step < max_decode_length, tf.logical_not(tf.reduce_all(finished)))
+  def symbols_to_logits_fn(ids, step, cache):
+    logits, layers = model.decode_step(ids, step, cache["cross_bias"], cache["layers"])
+    return logits + forbidden, {"layers": layers, "cross_bias": cache["cross_bias"]}
 
-  def body(step, ids, finished, cache, output):
-    logits, cache = model.decode_step(ids, step, cross_bias, cache)
-    next_ids = tf.where(finished, PAD_ID, tf.argmax(logits, axis=-1, output_type=tf.int32))
-    finished = tf.logical_or(finished, tf.equal(next_ids, EOS_ID))
-    return step + 1, next_ids, finished, cache, output.write(step, next_ids)
-
-  step, _, _, _, output = tf.while_loop(
-      not_done, body,
-      (tf.constant(0), tf.fill([batch], BOS_ID), tf.zeros([batch], tf.bool), cache, output))
-  tokens = tf.transpose(output.stack())  # -> [batch, steps]
-  return tf.pad(tokens, [[0, 0], [0, max_decode_length - step]], constant_values=PAD_ID)
+  return beam_search.beam_search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
+                                 cache, beam_size, alpha, max_decode_length, EOS_ID, min_length)
 
 
 def strip_after_eos(ids):

@@ -10,10 +10,10 @@ from tf_transformer.layers.attention_bias import PAD_ID
 
 
 class Translator:
-  """Greedy translation of Python strings with a model and its vocabulary."""
+  """Translation of Python strings with a model and its vocabulary (greedy with beam 1)."""
 
   def __init__(self, model, vocabulary, max_length: int, extra_decode_length: int,
-               batch_size: int = 64):
+               batch_size: int = 64, beam_size: int = 1, alpha: float = 0.6):
     self.model = model
     self.vocabulary = vocabulary
     self.max_length = max_length
@@ -21,8 +21,8 @@ class Translator:
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def decode(source_ids):
-      max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
-      return decoding.greedy_decode(model, source_ids, max_decode_length)
+      ids, _ = decoding.decode(model, source_ids, beam_size, alpha, extra_decode_length)
+      return ids[:, 0]  # -> [batch, max_decode_length], the best hypothesis
 
     self._decode = decode
 

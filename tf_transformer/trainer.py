@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import time
@@ -250,7 +251,7 @@ class Trainer:
 
   def _loop(self, progress, stop):
     c = self.config
-    window = {"loss": 0.0, "correct": 0.0, "tokens": 0.0}
+    window = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "tokens": 0.0}
     window_start = time.perf_counter()
     step = self.step
     progress.update(step)
@@ -263,6 +264,7 @@ class Trainer:
         elapsed = time.perf_counter() - window_start
         tokens = max(window["tokens"], 1.0)
         scalars = {"loss": window["loss"] / tokens, "accuracy": window["correct"] / tokens,
+                   "perplexity": math.exp(min(window["nll"] / tokens, 50.0)),
                    "learning_rate": float(self.optimizer.learning_rate),
                    "tokens_per_sec": window["tokens"] / elapsed}
         self._summaries("train", step, scalars)

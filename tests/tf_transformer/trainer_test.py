@@ -60,6 +60,10 @@ def test_tiny_preset_learns_to_reverse(tmp_path):
   correct = sum(output == reference for output, (_, reference) in zip(outputs, pairs))
   assert correct >= 0.9 * len(pairs), list(zip(outputs, pairs))[:5]
   assert results["test_bleu"] > 80
+  assert {"loss", "accuracy", "perplexity", "learning_rate", "tokens_per_sec"} <= summary_tags(
+      tmp_path / "model" / "train")
+  assert {"loss", "perplexity", "accuracy", "bleu", "translations"} <= summary_tags(
+      tmp_path / "model" / "eval")
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):
@@ -99,6 +103,28 @@ def test_checkpoint_holds_every_weight(tmp_path):
   names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
   assert any(n.startswith("iterator/") for n in names)
   assert any(n.startswith("dropout_states/") for n in names)
+
+
+def summary_tags(folder):
+  """The scalar/text tags in the TensorBoard event files of `folder`."""
+  import tensorflow as tf
+  tags = set()
+  for path in folder.glob("events.*"):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
+def test_early_stopping_and_best_checkpoint(tmp_path):
+  write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
+  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--early_stopping=2")
+  scores = iter([10.0, 12.0, 11.0, 12.0, 13.0])
+  run.evaluate = lambda: {"bleu": next(scores)}
+  stops = [run._evaluate_and_select() for _ in range(3)]
+  assert stops == [False, False, False]  # 10, then 12 (best), then one evaluation worse
+  assert float(run.best_bleu.numpy()) == 12.0
+  assert run._evaluate_and_select()  # 12 does not beat 12: second evaluation without gain
+  assert os.path.basename(run.best_manager.latest_checkpoint) == "ckpt-0"
 
 
 def test_flag_errors_name_the_flag(tmp_path):

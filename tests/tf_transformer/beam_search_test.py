@@ -1,0 +1,97 @@
+"""Beam search against exhaustive search and a greedy reference on a toy model with a cache."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.beam_search import beam_search, length_penalty
+
+EOS, START, VOCAB, MAX_LENGTH = 1, 2, 5, 4
+TABLE = np.random.default_rng(0).normal(size=(MAX_LENGTH, VOCAB, VOCAB, VOCAB)).astype("float32")
+TABLE[..., 0] = -1e9  # token 0 (padding) is never produced
+
+
+def toy_logits(ids, step, cache):
+  """Logits from (step, last token, running token sum mod V): the cache carries the sum."""
+  total = cache["sum"] % VOCAB
+  logits = tf.gather_nd(TABLE, tf.stack([tf.fill(tf.shape(ids), step), ids, total], axis=1))
+  return logits, {"sum": cache["sum"] + ids}
+
+
+def sequence_log_prob(sequence):
+  """Log-probability of `sequence` (tokens after START) under the toy model, in float64."""
+  last, total, log_prob = START, 0, 0.0
+  for step, token in enumerate(sequence):
+    logits = TABLE[step, last, total % VOCAB].astype(np.float64)
+    log_prob += logits[token] - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+    total += last
+    last = token
+  return log_prob
+
+
+def run(beam_size, alpha=0.6, batch=1, min_length=0, max_length=MAX_LENGTH):
+  initial = tf.fill([batch], START)
+  ids, scores = beam_search(toy_logits, initial, {"sum": tf.zeros([batch], tf.int32)},
+                            beam_size, alpha, max_length, EOS, min_length)
+  return ids.numpy(), scores.numpy()
+
+
+def finished_sequences(max_length):
+  for length in range(1, max_length + 1):
+    for body in itertools.product(range(2, VOCAB), repeat=length - 1):
+      yield body + (EOS,)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_wide_beam_equals_exhaustive_search(alpha):
+  exhaustive = sorted(
+      (sequence_log_prob(s) / float(length_penalty(len(s), alpha)), s)
+      for s in finished_sequences(MAX_LENGTH))[::-1]
+  ids, scores = run(beam_size=27, alpha=alpha)  # >= the 3^3 live prefixes: nothing is pruned
+  for rank in range(5):
+    want_score, want_sequence = exhaustive[rank]
+    np.testing.assert_allclose(scores[0, rank], want_score, rtol=1e-5)
+    assert tuple(ids[0, rank, :len(want_sequence)]) == want_sequence
+    assert not ids[0, rank, len(want_sequence):].any()
+
+
+def test_scores_equal_the_forced_decode_score_of_each_hypothesis():
+  ids, scores = run(beam_size=4, alpha=0.6)
+  for sequence, score in zip(ids[0], scores[0]):
+    tokens = tuple(sequence[:list(sequence).index(EOS) + 1])
+    want = sequence_log_prob(tokens) / float(length_penalty(len(tokens), 0.6))
+    np.testing.assert_allclose(score, want, rtol=1e-5)
+
+
+def test_nbest_is_sorted_and_distinct():
+  ids, scores = run(beam_size=4, batch=3)
+  assert (np.diff(scores, axis=1) <= 0).all()
+  for row in ids:
+    assert len({tuple(sequence) for sequence in row}) == len(row)
+
+
+def test_beam_one_equals_greedy():
+  ids, _ = run(beam_size=1, alpha=0.0)
+  last, total, greedy = START, 0, []
+  for step in range(MAX_LENGTH):
+    token = int(np.argmax(TABLE[step, last, total % VOCAB]))
+    greedy.append(token)
+    if token == EOS:
+      break
+    total += last
+    last = token
+  assert list(ids[0, 0, :len(greedy)]) == greedy
+
+
+def test_min_length_suppresses_eos():
+  ids, _ = run(beam_size=3, min_length=MAX_LENGTH)
+  for sequence in ids[0]:
+    assert EOS not in sequence[:MAX_LENGTH - 1]
+
+
+def test_best_beam_score_is_at_least_greedy():
+  _, greedy_scores = run(beam_size=1, batch=2)
+  _, beam_scores = run(beam_size=4, batch=2)
+  assert (beam_scores[:, 0] >= greedy_scores[:, 0] - 1e-6).all()

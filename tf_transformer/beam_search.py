@@ -1,0 +1,135 @@
+"""Beam search over a `symbols_to_logits_fn`, in one tf.while_loop (it never imports a model).
+
+Sizes: B batch, K beam size, V vocabulary, L max_decode_length. Greedy search is beam_size 1.
+"""
+
+import tensorflow as tf
+
+_NEG_INF = -1e9  # finite: -inf * 0 is NaN when a masked score meets a zero length penalty
+
+
+def length_penalty(length, alpha: float):
+  """GNMT length penalty ((5 + length) / 6)^alpha (Wu et al., 2016, section 7)."""
+  return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _flatten_beam(x):
+  """[B, K, ...] -> [B * K, ...]."""
+  shape = tf.shape(x)
+  return tf.reshape(x, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
+
+
+def _unflatten_beam(x, batch, beam_size):
+  """[B * K, ...] -> [B, K, ...]."""
+  return tf.reshape(x, tf.concat([[batch, beam_size], tf.shape(x)[1:]], axis=0))
+
+
+def _expand_to_beam(x, beam_size):
+  """[B, ...] -> [B, K, ...] by repeating each row."""
+  x = tf.expand_dims(x, 1)
+  multiples = tf.concat([[1, beam_size], tf.ones([tf.rank(x) - 2], tf.int32)], axis=0)
+  return tf.tile(x, multiples)
+
+
+def _gather_beams(x, indices):
+  """x [B, N, ...], indices [B, M] into axis 1 -> [B, M, ...]."""
+  return tf.gather(x, indices, axis=1, batch_dims=1)
+
+
+def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
+                max_decode_length, eos_id: int, min_length=0):
+  """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
+
+  Every step expands each live hypothesis, keeps the 2K best extensions (at most K of them end
+  in EOS, so K live ones always remain), moves the EOS-ending ones to a finished set scored by
+  log_prob / length_penalty, and keeps the K best live and K best finished. The loop ends at
+  `max_decode_length` or when no live hypothesis can still beat the worst finished one of its
+  sentence (log-probabilities only fall, so a live hypothesis's best possible score is its
+  log-probability over the largest penalty, reached at max length when alpha >= 0).
+
+  Args:
+    symbols_to_logits_fn: fn(ids [B * K], step int32 scalar, cache) -> (logits float32
+      [B * K, V], cache): the next-token logits after `ids`, the token at position `step`.
+    initial_ids: int32 [B], the start token of each sentence.
+    initial_cache: nested structure of [B, ...] tensors (expanded to [B * K, ...] here).
+    beam_size: K >= 1.
+    alpha: length-penalty exponent (0: raw log-probabilities).
+    max_decode_length: int32 scalar, at most this many tokens (EOS included).
+    eos_id: end-of-sentence id.
+    min_length: EOS cannot be produced before this many tokens (EOS included).
+
+  Returns:
+    ids: int32 [B, K, L], the tokens of each hypothesis, best first; EOS included, then 0s.
+    scores: float32 [B, K], their normalized log-probabilities, sorted descending. A sentence
+      with fewer than K finished hypotheses is completed with its best live ones.
+  """
+  batch = tf.shape(initial_ids)[0]
+  max_decode_length = tf.convert_to_tensor(max_decode_length, tf.int32)
+  min_length = tf.convert_to_tensor(min_length, tf.int32)
+  k = beam_size
+
+  cache = tf.nest.map_structure(lambda t: _flatten_beam(_expand_to_beam(t, k)), initial_cache)
+  alive_ids = tf.zeros([batch, k, max_decode_length], tf.int32)
+  # only the first copy of each sentence is live at step 0, or K copies would fill the beam
+  alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (k - 1)], [batch, 1])
+  finished_ids = tf.zeros([batch, k, max_decode_length], tf.int32)
+  finished_scores = tf.fill([batch, k], _NEG_INF)
+  last_ids = _expand_to_beam(initial_ids, k)  # -> [B, K]
+
+  def best_alive_cannot_win(alive_log_probs, finished_scores):
+    best_possible = alive_log_probs[:, 0] / length_penalty(max_decode_length, alpha)
+    worst_finished = tf.reduce_min(finished_scores, axis=1)
+    return tf.reduce_all(best_possible < worst_finished)
+
+  def not_done(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
+               finished_scores):
+    return tf.logical_and(step < max_decode_length,
+                          tf.logical_not(best_alive_cannot_win(alive_log_probs,
+                                                               finished_scores)))
+
+  def body(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids, finished_scores):
+    logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
+    vocab_size = tf.shape(logits)[-1]
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))  # -> [B * K, V]
+    eos_column = tf.one_hot(eos_id, vocab_size, on_value=_NEG_INF, off_value=0.0)
+    log_probs += tf.where(step + 1 < min_length, eos_column, 0.0)
+    log_probs = _unflatten_beam(log_probs, batch, k) + alive_log_probs[:, :, tf.newaxis]
+    flat = tf.reshape(log_probs, [batch, -1])  # -> [B, K * V]
+    # 2K candidates: even if K of them end in EOS, K live ones remain
+    top_log_probs, top_indices = tf.math.top_k(flat, k=2 * k)  # -> [B, 2K]
+    top_beams, top_tokens = top_indices // vocab_size, top_indices % vocab_size
+    position = tf.one_hot(step, max_decode_length, dtype=tf.int32)  # -> [L]
+    top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
+    ends = tf.equal(top_tokens, eos_id)
+
+    # live: the K best candidates that did not end
+    alive_candidates = tf.where(ends, _NEG_INF, top_log_probs)
+    alive_log_probs, keep = tf.math.top_k(alive_candidates, k=k)  # -> [B, K]
+    alive_ids = _gather_beams(top_ids, keep)
+    last_ids = _gather_beams(top_tokens, keep)
+    cache = tf.nest.map_structure(
+        lambda t: _flatten_beam(_gather_beams(_unflatten_beam(t, batch, k),
+                                              _gather_beams(top_beams, keep))), cache)
+
+    # finished: merge the candidates that ended with the K finished so far, keep the K best
+    new_scores = tf.where(ends, top_log_probs / length_penalty(step + 1, alpha), _NEG_INF)
+    scores = tf.concat([finished_scores, new_scores], axis=1)  # -> [B, 3K]
+    finished_scores, keep = tf.math.top_k(scores, k=k)
+    finished_ids = _gather_beams(tf.concat([finished_ids, top_ids], axis=1), keep)
+    return (step + 1, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
+            finished_scores)
+
+  state = (tf.constant(0), last_ids, alive_ids, alive_log_probs, cache, finished_ids,
+           finished_scores)
+  _, _, alive_ids, alive_log_probs, _, finished_ids, finished_scores = tf.while_loop(
+      not_done, body, state)
+
+  # sentences short of K finished hypotheses take their best live ones (scored likewise)
+  alive_scores = alive_log_probs / length_penalty(max_decode_length, alpha)
+  scores = tf.concat([finished_scores, alive_scores], axis=1)  # -> [B, 2K]
+  ids = tf.concat([finished_ids, alive_ids], axis=1)
+  is_finished = tf.concat([tf.fill([batch, k], True), tf.fill([batch, k], False)], axis=1)
+  # finished ones first (a live hypothesis is only a stand-in), then by score
+  rank = tf.where(is_finished & (scores > _NEG_INF / 2), scores, scores + 2 * _NEG_INF)
+  _, order = tf.math.top_k(rank, k=k)
+  return _gather_beams(ids, order), _gather_beams(scores, order)
