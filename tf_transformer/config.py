@@ -66,6 +66,11 @@ flags.DEFINE_enum("distribution", "default", ["default", "mirrored"],
                   "--num_cpu_devices logical CPUs when there is no GPU.")
 flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical devices.")
 
+# ---------------------------------------------------------------- decoding
+flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).")
+flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
+flags.DEFINE_integer("nbest", 4, "Hypotheses returned by n-best translation (<= beam_size).")
+
 FLAGS = flags.FLAGS
 
 
@@ -127,6 +132,16 @@ class TrainConfig:
   num_cpu_devices: int = 1
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+  """The search used by translation and fixed in an export."""
+  beam_size: int = 4
+  alpha: float = 0.6
+  nbest: int = 4
+  max_source_length: int = 100
+  extra_decode_length: int = 50
+
+
 class FlagError(ValueError):
   """A flag is missing or out of range; the message names it."""
 
@@ -168,3 +183,14 @@ def train_config_from_flags() -> TrainConfig:
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
   names = [f.name for f in dataclasses.fields(TrainConfig)]
   return TrainConfig(**{name: FLAGS[name].value for name in names})
+
+
+def decode_config_from_flags() -> DecodeConfig:
+  _require(FLAGS.beam_size >= 1, f"--beam_size must be at least 1, got {FLAGS.beam_size}")
+  _require(FLAGS.alpha >= 0.0, f"--alpha must not be negative, got {FLAGS.alpha}")
+  _require(1 <= FLAGS.nbest <= FLAGS.beam_size,
+           f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
+  _require(FLAGS.extra_decode_length >= 1, "--extra_decode_length must be positive")
+  return DecodeConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha, nbest=FLAGS.nbest,
+                      max_source_length=FLAGS.max_length,
+                      extra_decode_length=FLAGS.extra_decode_length)

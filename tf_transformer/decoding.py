@@ -50,3 +50,28 @@ def strip_after_eos(ids):
                      tf.argmax(tf.cast(is_eos, tf.int32), axis=1, output_type=tf.int32),
                      tf.shape(ids)[1])
   return tf.RaggedTensor.from_tensor(ids, lengths=lengths)
+
+
+def score(model, source_ids, target_ids, alpha: float = 0.0):
+  """Forced decoding: the log-probability the model gives each target, as beam search scores it.
+
+  Args:
+    model: a Transformer.
+    source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
+    target_ids: int32 [batch, target_length], PAD_ID-padded, EOS-terminated.
+    alpha: GNMT length-penalty exponent; 0 gives the raw log-probability.
+
+  Returns:
+    float32 [batch]: sum of log p(token | prefix, source) over the real target tokens (PAD and
+    BOS excluded from the distribution, as in `decode`), over the length penalty.
+  """
+  batch = tf.shape(target_ids)[0]
+  shifted = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
+  real = tf.not_equal(target_ids, PAD_ID)
+  target_input_ids = tf.where(real, shifted, PAD_ID)
+  logits = model((source_ids, target_input_ids), training=False)
+  log_probs = tf.nn.log_softmax(logits + never_generated_bias(model.target_vocab_size))
+  token_log_probs = tf.gather(log_probs, target_ids, axis=2, batch_dims=2)  # -> [batch, length]
+  total = tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)
+  lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
+  return total / beam_search.length_penalty(lengths, alpha)

@@ -4,35 +4,20 @@ Kept short on purpose: the logic lives in importable, tested modules.
 """
 
 import json
-import logging as std_logging
-import os
 import sys
 
-from absl import app, logging
+from absl import app
 
-from tf_transformer import config
-
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PACKAGES = tuple(os.path.join(_ROOT, name) + os.sep
-                  for name in ("tf_transformer", "data_pipeline", "export"))
-
-
-def _own_info_only(record) -> bool:
-  """Keeps this project's INFO lines and everyone's warnings (TF logs INFO chatter via absl)."""
-  return record.levelno >= std_logging.WARNING or record.pathname.startswith(_PACKAGES)
+from data_pipeline.corpora import CorpusError
+from data_pipeline.parallel_data import ParallelData
+from tf_transformer import config, console, trainer
+from tf_transformer.model_dir import ModelDirError
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  # imported here so that --help and flag errors answer before TensorFlow loads
-  from data_pipeline.corpora import CorpusError
-  from data_pipeline.parallel_data import ParallelData
-  from tf_transformer import trainer
-
-  logging.set_verbosity(logging.INFO)
-  std_logging.getLogger("absl").addFilter(_own_info_only)
+  console.set_up_logging()
   try:
     data_config = config.data_config_from_flags()
     train_config = config.train_config_from_flags()
@@ -41,7 +26,7 @@ def main(argv):
     model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                    data.vocabulary.target_size)
     results = trainer.Trainer(data, model_config, train_config, strategy).train()
-  except (config.FlagError, CorpusError, trainer.TrainingError) as e:
+  except (config.FlagError, CorpusError, ModelDirError) as e:
     sys.exit(f"error: {e}")
   except trainer.TrainingInterrupted as e:
     print(f"\n{e}", file=sys.stderr)

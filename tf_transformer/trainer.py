@@ -11,16 +11,12 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from tf_transformer import evaluation, losses
+from tf_transformer import evaluation, losses, model_dir
 from tf_transformer.layers.attention_bias import PAD_ID
 from tf_transformer.model import Transformer
 from tf_transformer.schedule import NoamSchedule
 
 _LOG_EVERY = 50  # steps between progress-bar/TensorBoard updates of the training statistics
-
-
-class TrainingError(RuntimeError):
-  """A problem with the model directory or its checkpoints, in one line naming it."""
 
 
 class TrainingInterrupted(RuntimeError):
@@ -52,27 +48,6 @@ def _make_strategy(distribution: str, num_cpu_devices: int) -> tf.distribute.Str
     devices = devices or [d.name for d in tf.config.list_logical_devices("CPU")]
     return tf.distribute.MirroredStrategy(devices)
   return tf.distribute.get_strategy()
-
-
-def _check_model_dir(model_dir: str, model_config):
-  """Records the architecture at the first run; refuses a later run with another one."""
-  path = os.path.join(model_dir, "config.json")
-  current = dataclasses.asdict(model_config)
-  if os.path.exists(path):
-    try:
-      with open(path) as f:
-        saved = json.load(f)
-    except (OSError, ValueError) as e:
-      raise TrainingError(f"{path}: unreadable ({e}); use another --model_dir") from None
-    for key, value in saved.items():
-      if current.get(key) != value:
-        raise TrainingError(
-            f"{path}: this model was created with {key}={value!r}, the flags now give "
-            f"{current.get(key)!r}; use the same flags or another --model_dir")
-  else:
-    os.makedirs(model_dir, exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(current, f, indent=2)
 
 
 def _replica_slice(batch):
@@ -140,7 +115,7 @@ class Trainer:
     self.config = train_config
     self.strategy = strategy
     c = train_config
-    _check_model_dir(c.model_dir, model_config)
+    model_dir.check_config(c.model_dir, model_config)
     with self.strategy.scope():
       self.model = Transformer(**dataclasses.asdict(model_config))
       self.optimizer = make_optimizer(model_config, c)
@@ -162,7 +137,8 @@ class Trainer:
     self.best_manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=self.model), os.path.join(c.model_dir, "best"), 1,
         checkpoint_name="ckpt")
-    self._restore(self.manager)
+    if self._restore(self.manager):
+      logging.info("resumed from %s at step %d", self.manager.latest_checkpoint, self.step)
     self.translator = evaluation.Translator(self.model, data.vocabulary, data.config.max_length,
                                             c.extra_decode_length, c.eval_batch_size)
     self._loss_statistics = evaluation.make_loss_statistics(self.model, c.label_smoothing)
@@ -174,17 +150,11 @@ class Trainer:
   def step(self) -> int:
     return int(self.optimizer.iterations.numpy())
 
-  def _restore(self, manager):
-    path = manager.latest_checkpoint
-    if not path:
-      return
-    try:
-      manager.checkpoint.restore(path).assert_existing_objects_matched()
-    except (tf.errors.OpError, ValueError, AssertionError, IndexError) as e:
-      reason = str(e).strip().splitlines()[0][:200]
-      raise TrainingError(f"{path}: cannot restore this checkpoint ({reason}); delete it to "
-                          "resume from an earlier one, or use another --model_dir") from None
-    logging.info("resumed from %s at step %d", path, self.step)
+  def _restore(self, manager) -> bool:
+    """Restores the manager's latest checkpoint, if any; True when there was one."""
+    if manager.latest_checkpoint:
+      model_dir.restore(manager.checkpoint, manager.latest_checkpoint)
+    return bool(manager.latest_checkpoint)
 
   def _summaries(self, writer, step, scalars: dict):
     with self._writers[writer].as_default(step=step):

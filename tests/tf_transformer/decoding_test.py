@@ -65,3 +65,17 @@ def test_beam_is_at_least_as_good_as_greedy(model_and_sources):
   _, greedy = decoding.decode(model, sources, beam_size=1, alpha=0.6, extra_decode_length=EXTRA)
   _, beam = decoding.decode(model, sources, beam_size=4, alpha=0.6, extra_decode_length=EXTRA)
   assert (beam[:, 0].numpy() >= greedy[:, 0].numpy() - 1e-5).all()
+
+
+def test_score_equals_the_beam_search_score(model_and_sources):
+  model, sources = model_and_sources
+  ids, scores = decoding.decode(model, sources, beam_size=3, alpha=0.6, min_length=2,
+                                extra_decode_length=EXTRA)
+  for rank in range(3):
+    targets = ids[:, rank]
+    # forced decoding scores the same hypotheses, padded differently (trailing zeros)
+    np.testing.assert_allclose(decoding.score(model, sources, targets, alpha=0.6),
+                               scores[:, rank], rtol=1e-4)
+    padded = tf.pad(targets, [[0, 0], [0, 3]])
+    np.testing.assert_allclose(decoding.score(model, sources, padded, alpha=0.6),
+                               scores[:, rank], rtol=1e-4)

@@ -1,0 +1,42 @@
+"""Exports a trained model for TF Serving:
+`python -m export.saved_model --flagfile=flags/<preset>.cfg --export_dir=exports/<name>`.
+
+Writes `exports/<name>/<version>/` (version = the checkpoint step, or the next free number)
+with the signatures serving_default, translate_nbest and score. Kept short on purpose.
+"""
+
+import dataclasses
+import sys
+
+from absl import app, flags
+
+from export import serving
+from export.translator import Translator
+from tf_transformer import config, console
+from tf_transformer.model_dir import ModelDirError, load_for_inference
+
+flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  console.set_up_logging()
+  try:
+    decode_config = config.decode_config_from_flags()
+    if not FLAGS.model_dir or not FLAGS.export_dir:
+      raise config.FlagError("--model_dir and --export_dir are both required")
+    model, vocabulary, step = load_for_inference(FLAGS.model_dir, FLAGS.src_lang,
+                                                 FLAGS.tgt_lang)
+  except (config.FlagError, ModelDirError) as e:
+    sys.exit(f"error: {e}")
+  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config))
+  version = serving.next_version(FLAGS.export_dir, step)
+  settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
+              "src_lang": FLAGS.src_lang, "tgt_lang": FLAGS.tgt_lang}
+  print(serving.save_version(module, module.signatures(), FLAGS.export_dir, version, settings))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,85 @@
+"""A tf.Module with string-to-string translation signatures, tokenization included in-graph.
+
+The module holds the model's variables and the tf-text SentencePiece tokenizers, not the Keras
+model object: saving a tf.Module that holds a Keras 3 model fails while tracing the model's call,
+while traced functions that close over the model and capture its variables save and load with
+nothing but tensorflow and tensorflow_text.
+"""
+
+import tensorflow as tf
+
+from data_pipeline.tokenizer import EOS_ID
+from tf_transformer import decoding
+from tf_transformer.layers.attention_bias import PAD_ID
+
+_STRINGS = tf.TensorSpec([None], tf.string)
+
+
+class Translator(tf.Module):
+  """Signatures `serving_default`, `translate_nbest` and `score` over a trained Transformer.
+
+  Args:
+    model: the Transformer (its variables are tracked, the object is not).
+    vocabulary: data_pipeline.tokenizer.Vocabulary with the source/target tokenizers.
+    beam_size, alpha, nbest: the search, fixed at export.
+    max_source_length: longer inputs are truncated to this many subword tokens.
+    extra_decode_length: outputs stop at source length + this many tokens.
+  """
+
+  def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
+               max_source_length: int = 100, extra_decode_length: int = 50):
+    super().__init__(name="translator")
+    if not 1 <= nbest <= beam_size:
+      raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
+    self.model_variables = [v.value for v in model.variables]
+    self.source_tokenizer = vocabulary.source
+    self.target_tokenizer = vocabulary.target
+    self._model = [model]  # a list hides the Keras object from tf.Module tracking
+    self.beam_size, self.alpha, self.nbest = beam_size, alpha, nbest
+    self.max_source_length, self.extra_decode_length = max_source_length, extra_decode_length
+
+  def _source_ids(self, texts):
+    """string [B] -> int32 [B, S]: tokens (truncated) + EOS, PAD_ID-padded; empty input -> []."""
+    ids = self.source_tokenizer.tokenize(texts)[:, :self.max_source_length]
+    eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
+    return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)
+
+  def _target_ids(self, texts):
+    ids = self.target_tokenizer.tokenize(texts)
+    eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
+    return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)
+
+  def _search(self, texts):
+    """string [B] -> (string [B, nbest], float32 [B, nbest]); blank input -> "" with score 0."""
+    ids, scores = decoding.decode(self._model[0], self._source_ids(texts), self.beam_size,
+                                  self.alpha, self.extra_decode_length)
+    ids, scores = ids[:, :self.nbest], scores[:, :self.nbest]
+    batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
+    flat = decoding.strip_after_eos(tf.reshape(ids, [batch * self.nbest, length]))
+    outputs = tf.reshape(self.target_tokenizer.detokenize(flat), [batch, self.nbest])
+    blank = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)[:, tf.newaxis]
+    return tf.where(blank, "", outputs), tf.where(blank, 0.0, scores)
+
+  @tf.function(input_signature=[_STRINGS])
+  def serve(self, inputs):
+    """inputs: string [B] -> {"outputs": string [B], "scores": float32 [B]} (the best)."""
+    outputs, scores = self._search(inputs)
+    return {"outputs": outputs[:, 0], "scores": scores[:, 0]}
+
+  @tf.function(input_signature=[_STRINGS])
+  def translate_nbest(self, inputs):
+    """inputs: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}."""
+    outputs, scores = self._search(inputs)
+    return {"outputs": outputs, "scores": scores}
+
+  @tf.function(input_signature=[_STRINGS, _STRINGS])
+  def score(self, source, target):
+    """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha."""
+    log_prob = decoding.score(self._model[0], self._source_ids(source),
+                              self._target_ids(target), self.alpha)
+    return {"log_prob": log_prob}
+
+  def signatures(self) -> dict:
+    return {"serving_default": self.serve.get_concrete_function(),
+            "translate_nbest": self.translate_nbest.get_concrete_function(),
+            "score": self.score.get_concrete_function()}

@@ -1,0 +1,151 @@
+"""The exported SavedModel: layout, signatures, self-contained loading, bad inputs, CLI errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_pipeline import tokenizer
+from export.translator import Translator
+from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.config import ModelConfig
+from tf_transformer.model import Transformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
+          "x" * 5000]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+  """A model directory with a random tiny model: config.json, spm.joint.model, a checkpoint."""
+  folder = tmp_path_factory.mktemp("model")
+  sentences = [" ".join(chr(97 + (i * j) % 26) * 2 for j in range(1, 6)) for i in range(300)]
+  tokenizer.train_sentencepiece(sentences, str(folder / "spm.joint.model"), 60)
+  vocabulary = tokenizer.load_vocabulary(str(folder / "spm.joint.model"),
+                                         str(folder / "spm.joint.model"))
+  config = ModelConfig(vocabulary.source_size, vocabulary.target_size, num_layers=1, d_model=32,
+                       num_heads=4, d_ff=64)
+  model_dir_lib.check_config(str(folder), config)
+  keras.utils.set_random_seed(0)
+  model = Transformer(**config.__dict__)
+  tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
+  return folder
+
+
+def export(model_dir, export_dir, *args):
+  return subprocess.run(
+      [sys.executable, "-m", "export.saved_model", "--flagfile=flags/tiny.cfg",
+       f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--beam_size=2", "--nbest=2",
+       "--extra_decode_length=5", *args],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def exported(model_dir, tmp_path_factory):
+  export_dir = tmp_path_factory.mktemp("exports") / "tiny"
+  result = export(model_dir, export_dir)
+  assert result.returncode == 0, result.stderr
+  return export_dir
+
+
+def test_tf_serving_layout_and_versions(model_dir, exported):
+  assert sorted(os.listdir(exported)) == ["1"]  # the checkpoint step (ckpt-1)
+  version = exported / "1"
+  assert (version / "saved_model.pb").exists() and (version / "variables").is_dir()
+  settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
+  assert settings["beam_size"] == 2 and settings["alpha"] == 0.6 and settings["nbest"] == 2
+  result = export(model_dir, exported)
+  assert result.returncode == 0, result.stderr
+  assert sorted(os.listdir(exported)) == ["1", "2"]  # the step is taken: next free number
+
+
+def test_warmup_requests_are_prediction_logs(exported):
+  from tensorflow_serving.apis import prediction_log_pb2
+  path = exported / "1" / "assets.extra" / "tf_serving_warmup_requests"
+  logs = [prediction_log_pb2.PredictionLog.FromString(record.numpy())
+          for record in tf.data.TFRecordDataset(str(path))]
+  assert logs and all(log.predict_log.request.model_spec.signature_name == "serving_default"
+                      for log in logs)
+  assert tf.make_ndarray(logs[0].predict_log.request.inputs["inputs"]).dtype == object
+
+
+def test_saved_model_cli_shows_three_signatures(exported):
+  cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+  result = subprocess.run([cli, "show", "--all", "--dir", str(exported / "1")],
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr
+  shown = result.stdout
+  for name in ("serving_default", "translate_nbest", "score"):
+    assert f"signature_def['{name}']" in shown
+  serving = shown.split("signature_def['serving_default']")[1].split("signature_def[")[0]
+  assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING" in serving
+  assert "outputs['outputs'] tensor_info:\n        dtype: DT_STRING" in serving
+  assert "outputs['scores'] tensor_info:\n        dtype: DT_FLOAT" in serving
+  score = shown.split("signature_def['score']")[1].split("signature_def[")[0]
+  assert "outputs['log_prob'] tensor_info:\n        dtype: DT_FLOAT" in score
+
+
+_FRESH_PROCESS = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+model = tf.saved_model.load(sys.argv[1])
+inputs = tf.constant(json.loads(sys.argv[2]))
+best = model.signatures["serving_default"](inputs=inputs)
+nbest = model.signatures["translate_nbest"](inputs=inputs)
+score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
+many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
+assert not any(name.split(".")[0] in ("tf_transformer", "data_pipeline", "export")
+               for name in sys.modules)
+print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
+                  "scores": best["scores"].numpy().tolist(),
+                  "nbest_shape": list(nbest["outputs"].shape),
+                  "log_prob": score["log_prob"].numpy().tolist(),
+                  "many": int(many["outputs"].shape[0])}))
+"""
+
+
+def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
+  result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(exported / "1"),
+                           json.dumps(INPUTS)], capture_output=True, text=True, timeout=300,
+                          cwd="/")
+  assert result.returncode == 0, result.stderr
+  loaded = json.loads(result.stdout.strip().splitlines()[-1])
+  model, vocabulary, _ = model_dir_lib.load_for_inference(str(model_dir), "en", "de")
+  module = Translator(model, vocabulary, beam_size=2, nbest=2, max_source_length=32,
+                      extra_decode_length=5)
+  expected = module.serve(tf.constant(INPUTS))
+  assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
+  np.testing.assert_allclose(loaded["scores"], expected["scores"].numpy(), rtol=1e-5)
+  assert loaded["outputs"][1] == "" and loaded["scores"][1] == 0.0  # empty in, empty out
+  assert loaded["nbest_shape"] == [len(INPUTS), 2]
+  assert loaded["many"] == 1000
+  assert loaded["log_prob"][0] < 0
+
+
+def test_non_string_input_is_a_signature_error(exported):
+  model = tf.saved_model.load(str(exported / "1"))
+  with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+    model.signatures["serving_default"](inputs=tf.constant([1, 2]))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--beam_size=0"], "error: --beam_size must be at least 1, got 0"),
+    (["--alpha=-0.5"], "error: --alpha must not be negative, got -0.5"),
+])
+def test_bad_flags_are_one_line_errors(model_dir, tmp_path, args, message):
+  result = export(model_dir, tmp_path / "e", *args)
+  assert result.returncode == 1 and "Traceback" not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == message
+
+
+def test_missing_model_dir_is_one_line_error(tmp_path):
+  result = export(tmp_path / "nothing", tmp_path / "e")
+  assert result.returncode == 1 and "Traceback" not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == f"error: {tmp_path}/nothing: no such directory"

@@ -1,0 +1,20 @@
+"""What the command-line tools print: this project's INFO lines, everyone's warnings."""
+
+import logging as std_logging
+import os
+
+from absl import logging
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGES = tuple(os.path.join(_ROOT, name) + os.sep
+                  for name in ("tf_transformer", "data_pipeline", "export"))
+
+
+def _own_info_only(record) -> bool:
+  """TensorFlow logs INFO chatter (checkpoint sharding, asset writing) through absl too."""
+  return record.levelno >= std_logging.WARNING or record.pathname.startswith(_PACKAGES)
+
+
+def set_up_logging():
+  logging.set_verbosity(logging.INFO)
+  std_logging.getLogger("absl").addFilter(_own_info_only)
