@@ -11,8 +11,8 @@ import sys
 from absl import app, flags
 
 from export import serving
-from export.translator import Translator
 from tf_transformer import config, console
+from tf_transformer.translator import Translator
 from tf_transformer.model_dir import ModelDirError, load_for_inference
 
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
@@ -31,6 +31,8 @@ def main(argv):
                                                  FLAGS.tgt_lang)
   except (config.FlagError, ModelDirError) as e:
     sys.exit(f"error: {e}")
+  # translate_nbest returns the whole beam
+  decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
   module = Translator(model, vocabulary, **dataclasses.asdict(decode_config))
   version = serving.next_version(FLAGS.export_dir, step)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,

@@ -55,7 +55,8 @@ flags.DEFINE_integer("keep_checkpoints", 5, "Recent checkpoints kept (the best i
 flags.DEFINE_integer("eval_sentences", 1000, "Dev sentences decoded for BLEU (0: all).")
 flags.DEFINE_integer("eval_batch_size", 64, "Sentences per decoding batch.")
 flags.DEFINE_integer("extra_decode_length", 50,
-                     "Greedy decoding stops at source length + this many tokens.")
+                     "Decoding stops at source length + this many tokens.")
+flags.DEFINE_integer("eval_beam_size", 4, "Beam size of the dev BLEU (1: greedy).")
 flags.DEFINE_integer("early_stopping", 0,
                      "Stop after this many evaluations without a better dev BLEU (0: off).")
 flags.DEFINE_integer("seed", 1234, "Seed of initialisation, dropout and data order.")
@@ -69,7 +70,11 @@ flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical
 # ---------------------------------------------------------------- decoding
 flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).")
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
-flags.DEFINE_integer("nbest", 4, "Hypotheses returned by n-best translation (<= beam_size).")
+flags.DEFINE_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size).")
+flags.DEFINE_string("saved_model", None, "Translate with this exported SavedModel version folder.")
+flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
+flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
+flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
 
 FLAGS = flags.FLAGS
 
@@ -125,6 +130,8 @@ class TrainConfig:
   eval_sentences: int = 1000
   eval_batch_size: int = 64
   extra_decode_length: int = 50
+  eval_beam_size: int = 4
+  alpha: float = 0.6
   early_stopping: int = 0
   seed: int = 1234
   deterministic: bool = False
@@ -137,7 +144,7 @@ class DecodeConfig:
   """The search used by translation and fixed in an export."""
   beam_size: int = 4
   alpha: float = 0.6
-  nbest: int = 4
+  nbest: int = 1
   max_source_length: int = 100
   extra_decode_length: int = 50
 
@@ -178,9 +185,10 @@ def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> M
 def train_config_from_flags() -> TrainConfig:
   _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
   for name in ("train_steps", "warmup_steps", "eval_every", "save_every", "eval_batch_size",
-               "num_cpu_devices", "keep_checkpoints"):
+               "num_cpu_devices", "keep_checkpoints", "eval_beam_size"):
     _require(FLAGS[name].value > 0, f"--{name} must be positive, got {FLAGS[name].value}")
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
+  _require(FLAGS.alpha >= 0.0, f"--alpha must not be negative, got {FLAGS.alpha}")
   names = [f.name for f in dataclasses.fields(TrainConfig)]
   return TrainConfig(**{name: FLAGS[name].value for name in names})
 

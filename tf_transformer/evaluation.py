@@ -1,53 +1,11 @@
-"""Translating lists of sentences and scoring them: dev loss, sacreBLEU."""
+"""Scoring translations (sacreBLEU, chrF) and the dev loss."""
 
 import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from data_pipeline.tokenizer import EOS_ID
-from tf_transformer import decoding, losses
+from tf_transformer import losses
 from tf_transformer.layers.attention_bias import PAD_ID
-
-
-class Translator:
-  """Translation of Python strings with a model and its vocabulary (greedy with beam 1)."""
-
-  def __init__(self, model, vocabulary, max_length: int, extra_decode_length: int,
-               batch_size: int = 64, beam_size: int = 1, alpha: float = 0.6):
-    self.model = model
-    self.vocabulary = vocabulary
-    self.max_length = max_length
-    self.batch_size = batch_size
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def decode(source_ids):
-      ids, _ = decoding.decode(model, source_ids, beam_size, alpha, extra_decode_length)
-      return ids[:, 0]  # -> [batch, max_decode_length], the best hypothesis
-
-    self._decode = decode
-
-  def _encode_sources(self, texts):
-    """list of str -> ragged int32 [n, None], truncated to max_length, EOS appended."""
-    ids = self.vocabulary.source.tokenize(tf.constant(texts, tf.string))[:, :self.max_length]
-    eos = tf.fill([ids.nrows(), 1], EOS_ID)
-    return tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1)
-
-  def translate(self, texts: list[str]) -> list[str]:
-    """Translations of `texts`, in order; an empty input gives an empty output."""
-    outputs = [""] * len(texts)
-    todo = [i for i, text in enumerate(texts) if text.strip()]
-    if not todo:
-      return outputs
-    source_ids = self._encode_sources([texts[i] for i in todo])
-    lengths = source_ids.row_lengths().numpy()
-    order = np.argsort(lengths, kind="stable")  # similar lengths share a batch: less padding
-    for start in range(0, len(order), self.batch_size):
-      rows = order[start:start + self.batch_size]
-      batch = tf.gather(source_ids, rows).to_tensor(default_value=PAD_ID)
-      tokens = decoding.strip_after_eos(self._decode(batch))
-      for row, text in zip(rows, self.vocabulary.target.detokenize(tokens).numpy()):
-        outputs[todo[row]] = text.decode("utf-8")
-    return outputs
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]):
@@ -59,6 +17,19 @@ def corpus_bleu(hypotheses: list[str], references: list[str]):
   metric = sacrebleu.metrics.BLEU()
   score = metric.corpus_score(hypotheses, [references])
   return score, str(metric.get_signature())
+
+
+def report(hypotheses: list[str], references: list[str]) -> dict:
+  """sacreBLEU with its signature, chrF, and BLEU with max n-gram order 1..4."""
+  bleu, signature = corpus_bleu(hypotheses, references)
+  chrf = sacrebleu.metrics.CHRF()
+  chrf_score = chrf.corpus_score(hypotheses, [references])
+  results = {"bleu": bleu.score, "bleu_text": str(bleu), "bleu_signature": signature,
+             "chrf": chrf_score.score, "chrf_signature": str(chrf.get_signature())}
+  for order in range(1, 5):
+    results[f"bleu_{order}"] = sacrebleu.metrics.BLEU(max_ngram_order=order).corpus_score(
+        hypotheses, [references]).score
+  return results
 
 
 def make_loss_statistics(model, label_smoothing: float):

@@ -15,6 +15,7 @@ from tf_transformer import evaluation, losses, model_dir
 from tf_transformer.layers.attention_bias import PAD_ID
 from tf_transformer.model import Transformer
 from tf_transformer.schedule import NoamSchedule
+from tf_transformer.translator import Translator, translate_texts
 
 _LOG_EVERY = 50  # steps between progress-bar/TensorBoard updates of the training statistics
 
@@ -139,8 +140,9 @@ class Trainer:
         checkpoint_name="ckpt")
     if self._restore(self.manager):
       logging.info("resumed from %s at step %d", self.manager.latest_checkpoint, self.step)
-    self.translator = evaluation.Translator(self.model, data.vocabulary, data.config.max_length,
-                                            c.extra_decode_length, c.eval_batch_size)
+    self.translator = Translator(self.model, data.vocabulary, beam_size=c.eval_beam_size,
+                                 alpha=c.alpha, nbest=1, max_source_length=data.config.max_length,
+                                 extra_decode_length=c.extra_decode_length)
     self._loss_statistics = evaluation.make_loss_statistics(self.model, c.label_smoothing)
     self._train_step = make_train_step(self.model, self.optimizer, strategy, c.label_smoothing)
     self._writers = {name: tf.summary.create_file_writer(os.path.join(c.model_dir, name))
@@ -156,6 +158,12 @@ class Trainer:
       model_dir.restore(manager.checkpoint, manager.latest_checkpoint)
     return bool(manager.latest_checkpoint)
 
+  def translate(self, texts: list[str]) -> list[str]:
+    """The model's translations of `texts` with the evaluation search (--eval_beam_size)."""
+    outputs, _ = translate_texts(self.translator.translate_nbest, texts,
+                                 self.config.eval_batch_size)
+    return [nbest[0] for nbest in outputs]
+
   def _summaries(self, writer, step, scalars: dict):
     with self._writers[writer].as_default(step=step):
       for name, value in scalars.items():
@@ -170,7 +178,7 @@ class Trainer:
     pairs = self.data.dev_pairs(self.config.eval_sentences)
     if pairs:
       sources, references = zip(*pairs)
-      hypotheses = self.translator.translate(list(sources))
+      hypotheses = self.translate(list(sources))
       results["bleu"] = evaluation.corpus_bleu(hypotheses, list(references))[0].score
       samples = "\n\n".join(f"**source** {s}  \n**reference** {r}  \n**output** {h}"
                             for s, r, h in list(zip(sources, references, hypotheses))[:4])
@@ -262,7 +270,7 @@ class Trainer:
       if self.best_manager.latest_checkpoint:
         self._restore(self.best_manager)
       sources, references = zip(*test)
-      hypotheses = self.translator.translate(list(sources))
+      hypotheses = self.translate(list(sources))
       bleu, signature = evaluation.corpus_bleu(hypotheses, list(references))
       results.update(test_bleu=bleu.score, test_bleu_text=str(bleu), bleu_signature=signature)
       path = os.path.join(self.config.model_dir, "test_hypotheses.txt")

@@ -5,16 +5,12 @@ import os
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline import tokenizer
-from export.translator import Translator
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import ModelConfig
-from tf_transformer.model import Transformer
+from tf_transformer.translator import Translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
@@ -22,26 +18,14 @@ INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có 
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-  """A model directory with a random tiny model: config.json, spm.joint.model, a checkpoint."""
-  folder = tmp_path_factory.mktemp("model")
-  sentences = [" ".join(chr(97 + (i * j) % 26) * 2 for j in range(1, 6)) for i in range(300)]
-  tokenizer.train_sentencepiece(sentences, str(folder / "spm.joint.model"), 60)
-  vocabulary = tokenizer.load_vocabulary(str(folder / "spm.joint.model"),
-                                         str(folder / "spm.joint.model"))
-  config = ModelConfig(vocabulary.source_size, vocabulary.target_size, num_layers=1, d_model=32,
-                       num_heads=4, d_ff=64)
-  model_dir_lib.check_config(str(folder), config)
-  keras.utils.set_random_seed(0)
-  model = Transformer(**config.__dict__)
-  tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
-  return folder
+def model_dir(tiny_model_dir):
+  return tiny_model_dir
 
 
 def export(model_dir, export_dir, *args):
   return subprocess.run(
       [sys.executable, "-m", "export.saved_model", "--flagfile=flags/tiny.cfg",
-       f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--beam_size=2", "--nbest=2",
+       f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--beam_size=2",
        "--extra_decode_length=5", *args],
       cwd=ROOT, capture_output=True, text=True, timeout=300)
 

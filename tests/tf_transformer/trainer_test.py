@@ -56,7 +56,7 @@ def test_tiny_preset_learns_to_reverse(tmp_path):
   assert dev["accuracy"] >= 0.95, dev
   # the best checkpoint (restored by train) greedy-decodes unseen sentences
   pairs = run.data.test_pairs()
-  outputs = run.translator.translate([source for source, _ in pairs])
+  outputs = run.translate([source for source, _ in pairs])
   correct = sum(output == reference for output, (_, reference) in zip(outputs, pairs))
   assert correct >= 0.9 * len(pairs), list(zip(outputs, pairs))[:5]
   assert results["test_bleu"] > 80

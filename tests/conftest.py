@@ -1,0 +1,31 @@
+"""Fixtures shared by the tests of the command-line tools."""
+
+import os
+
+import keras
+import pytest
+import tensorflow as tf
+
+from data_pipeline import tokenizer
+from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.config import ModelConfig
+from tf_transformer.model import Transformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+  """A model directory (config.json, spm.joint.model, ckpt-1) of a random 1-layer model."""
+  folder = tmp_path_factory.mktemp("model")
+  sentences = [" ".join(chr(97 + (i * j) % 26) * 2 for j in range(1, 6)) for i in range(300)]
+  tokenizer.train_sentencepiece(sentences, str(folder / "spm.joint.model"), 60)
+  vocabulary = tokenizer.load_vocabulary(str(folder / "spm.joint.model"),
+                                         str(folder / "spm.joint.model"))
+  config = ModelConfig(vocabulary.source_size, vocabulary.target_size, num_layers=1, d_model=32,
+                       num_heads=4, d_ff=64)
+  model_dir_lib.check_config(str(folder), config)
+  keras.utils.set_random_seed(0)
+  model = Transformer(**config.__dict__)
+  tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
+  return folder

@@ -1,0 +1,54 @@
+"""Scores a model on a test set:
+`python -m tf_transformer.evaluate --src F --ref F (--saved_model=DIR | --flagfile=F --model_dir=DIR)`.
+
+Prints sacreBLEU (with its signature), chrF and BLEU-1..4, writes the hypotheses to --output
+(default hypotheses.txt) and ends with one JSON line of every figure.
+"""
+
+import json
+import sys
+
+import keras
+from absl import app, flags
+
+from data_pipeline.corpora import CorpusError, read_parallel, scan_parallel
+from tf_transformer import config, console, evaluation
+from tf_transformer.model_dir import ModelDirError
+from tf_transformer.translator import load_translate_nbest, translate_texts
+
+flags.DEFINE_string("src", None, "Source side of the test set (plain or .gz).")
+flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  console.set_up_logging()
+  try:
+    if not FLAGS.src or not FLAGS.ref:
+      raise config.FlagError("--src and --ref are both required")
+    decode_config = config.decode_config_from_flags()
+    scan_parallel(FLAGS.src, FLAGS.ref)
+    pairs = read_parallel(FLAGS.src, FLAGS.ref)
+    translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
+                                           FLAGS.tgt_lang, decode_config)
+  except (config.FlagError, CorpusError, ModelDirError) as e:
+    sys.exit(f"error: {e}")
+  sources, references = [list(side) for side in zip(*pairs)]
+  outputs, _ = translate_texts(translate_nbest, sources, FLAGS.batch_size,
+                               keras.utils.Progbar(len(sources), unit_name="sentence"))
+  hypotheses = [nbest[0] for nbest in outputs]
+  path = FLAGS.output or "hypotheses.txt"
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(h + "\n" for h in hypotheses)
+  results = evaluation.report(hypotheses, references)
+  print(f"{results['bleu_text']}  ({results['bleu_signature']})")
+  print(f"chrF2 = {results['chrf']:.2f}  ({results['chrf_signature']})")
+  print(" ".join(f"BLEU-{n} = {results[f'bleu_{n}']:.2f}" for n in range(1, 5)))
+  print(json.dumps({**results, "sentences": len(hypotheses), "hypotheses": path,
+                    "beam_size": None if FLAGS.saved_model else decode_config.beam_size}))
+
+
+if __name__ == "__main__":
+  app.run(main)
