@@ -170,7 +170,7 @@ class Trainer:
         tf.summary.scalar(name, value)
 
   def evaluate(self) -> dict:
-    """Dev loss/perplexity/accuracy over the dev set and greedy BLEU on --eval_sentences."""
+    """Dev loss/perplexity/accuracy over the dev set, BLEU on the first --eval_sentences."""
     results = {}
     batches = self.data.dev_batches()
     if batches is not None:
@@ -272,7 +272,8 @@ class Trainer:
       sources, references = zip(*test)
       hypotheses = self.translate(list(sources))
       bleu, signature = evaluation.corpus_bleu(hypotheses, list(references))
-      results.update(test_bleu=bleu.score, test_bleu_text=str(bleu), bleu_signature=signature)
+      results.update(test_bleu=bleu.score, test_bleu_text=str(bleu), bleu_signature=signature,
+                     test_beam_size=self.config.eval_beam_size)
       path = os.path.join(self.config.model_dir, "test_hypotheses.txt")
       with open(path, "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in hypotheses)
