@@ -14,7 +14,7 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0):
+           extra_decode_length: int = 50, min_length=0, max_decode_length=None):
   """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
 
   Args:
@@ -24,12 +24,15 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     alpha: GNMT length-penalty exponent.
     extra_decode_length: at most source_length + this many target tokens (EOS included).
     min_length: no EOS before this many tokens.
+    max_decode_length: if given, the fixed maximum instead of source_length + extra (with
+      min_length equal to it, every sentence gets exactly that many decoder steps).
 
   Returns:
     ids: int32 [batch, beam_size, max_decode_length], best first, EOS then zeros.
     scores: float32 [batch, beam_size], length-normalized log-probabilities.
   """
-  max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
+  if max_decode_length is None:
+    max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
   memory, cross_bias = model.encode(source_ids, training=False)
   cache = {"layers": model.init_decode_cache(memory, max_decode_length),
            "cross_bias": cross_bias}

@@ -1,0 +1,119 @@
+"""Decoding throughput of the exported SavedModel and the in-process tf.function (a benchmark).
+
+    python bench/decode_speed.py --flagfile=flags/small.cfg [--repeats 2]
+
+A randomly initialised model of the preset's dims (no training needed) decodes --n_sents
+sentences of random subword ids (source length uniform in [--min_src, --max_src] plus EOS) in
+batches of --batch_size, every hypothesis forced to exactly --tgt_len tokens (minimum = maximum
+length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in --beams:
+  - "function": the in-process tf.function over id batches;
+  - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back.
+One untimed pass first, then --repeats timed passes. The last line is one JSON object with
+sentences/s and target tokens/s per (path, beam).
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+from tf_transformer import config  # noqa: E402  (defines the model flags)
+
+flags.DEFINE_integer("n_sents", 500, "Sentences decoded per pass.")
+flags.DEFINE_integer("min_src", 10, "Shortest source (tokens before EOS).")
+flags.DEFINE_integer("max_src", 30, "Longest source (tokens before EOS).")
+flags.DEFINE_integer("tgt_len", 30, "Exact target length (min = max).")
+flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
+flags.DEFINE_list("paths", ["function", "saved_model"], "What to time.")
+flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
+flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
+FLAGS = flags.FLAGS
+
+
+def _subword_model(path, vocab_size, rng):
+  """A SentencePiece model of about `vocab_size` pieces over random letter words."""
+  from data_pipeline import tokenizer
+  if not os.path.exists(path):
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(list(letters), rng.integers(3, 9))) for _ in range(40000)]
+    sentences = (" ".join(rng.choice(words, 12)) for _ in range(60000))
+    tokenizer.train_sentencepiece(sentences, path, vocab_size)
+  return tokenizer.load_vocabulary(path, path)
+
+
+def _timed(run_pass):
+  run_pass()  # warm-up: every batch shape traced once
+  times = []
+  for _ in range(FLAGS.repeats):
+    start = time.perf_counter()
+    run_pass()
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def main(argv):
+  import numpy as np
+  import tensorflow as tf
+
+  from data_pipeline.tokenizer import EOS_ID
+  from tf_transformer import decoding, trainer
+  from tf_transformer.model import Transformer
+  from tf_transformer.translator import Translator
+
+  strategy = trainer.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
+  del strategy
+  rng = np.random.default_rng(FLAGS.seed)
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  vocabulary = _subword_model(os.path.join(FLAGS.workdir, "spm.model"), FLAGS.vocab_size, rng)
+  model_config = config.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
+  model = Transformer(**model_config.__dict__)
+
+  lengths = rng.integers(FLAGS.min_src, FLAGS.max_src + 1, FLAGS.n_sents)
+  rows = [list(rng.integers(EOS_ID + 1, vocabulary.source_size, n)) for n in lengths]
+  id_batches, text_batches = [], []
+  for start in range(0, FLAGS.n_sents, FLAGS.batch_size):
+    batch = [row + [EOS_ID] for row in rows[start:start + FLAGS.batch_size]]
+    id_batches.append(tf.ragged.constant(batch, dtype=tf.int32).to_tensor())
+    texts = vocabulary.source.detokenize(tf.ragged.constant(rows[start:start + FLAGS.batch_size],
+                                                            dtype=tf.int32))
+    text_batches.append(texts)
+
+  results = []
+  for beam in (int(b) for b in FLAGS.beams):
+    length = FLAGS.tgt_len
+    if "function" in FLAGS.paths:
+      decode = tf.function(lambda ids, beam=beam: decoding.decode(
+          model, ids, beam, 0.6, min_length=length, max_decode_length=length)[0],
+          input_signature=[tf.TensorSpec([None, None], tf.int32)])
+      times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
+      results.append(("function", beam, times))
+    if "saved_model" in FLAGS.paths:
+      module = Translator(model, vocabulary, beam_size=beam, nbest=1,
+                          max_source_length=FLAGS.max_length, min_decode_length=length,
+                          max_decode_length=length)
+      export_dir = os.path.join(FLAGS.workdir, f"export_beam{beam}")
+      tf.saved_model.save(module, export_dir, signatures=module.signatures())
+      serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+      times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
+      results.append(("saved_model", beam, times))
+
+  report = []
+  for path, beam, times in results:
+    median = statistics.median(times)
+    report.append({"path": path, "beam": beam, "pass_s": times,
+                   "sent_per_s": FLAGS.n_sents / median,
+                   "tgt_tok_per_s": FLAGS.n_sents * FLAGS.tgt_len / median})
+    print(f"{path:12s} beam {beam}: {FLAGS.n_sents / median:7.1f} sentences/s, "
+          f"{FLAGS.n_sents * FLAGS.tgt_len / median:8.1f} target tokens/s", flush=True)
+  print(json.dumps({"n_sents": FLAGS.n_sents, "batch_size": FLAGS.batch_size,
+                    "tgt_len": FLAGS.tgt_len, "results": report}))
+
+
+if __name__ == "__main__":
+  app.run(main)
