@@ -6,7 +6,7 @@ A randomly initialised model of the preset's dims (no training needed) decodes -
 sentences of random subword ids (source length uniform in [--min_src, --max_src] plus EOS) in
 batches of --batch_size, every hypothesis forced to exactly --tgt_len tokens (minimum = maximum
 length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in --beams:
-  - "function": the in-process tf.function over id batches;
+  - "function": the in-process tf.function over id batches ("function_jit": XLA-compiled);
   - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back.
 One untimed pass first, then --repeats timed passes. The last line is one JSON object with
 sentences/s and target tokens/s per (path, beam).
@@ -30,7 +30,7 @@ flags.DEFINE_integer("min_src", 10, "Shortest source (tokens before EOS).")
 flags.DEFINE_integer("max_src", 30, "Longest source (tokens before EOS).")
 flags.DEFINE_integer("tgt_len", 30, "Exact target length (min = max).")
 flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
-flags.DEFINE_list("paths", ["function", "saved_model"], "What to time.")
+flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"], "What to time.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 FLAGS = flags.FLAGS
@@ -87,12 +87,13 @@ def main(argv):
   results = []
   for beam in (int(b) for b in FLAGS.beams):
     length = FLAGS.tgt_len
-    if "function" in FLAGS.paths:
-      decode = tf.function(lambda ids, beam=beam: decoding.decode(
-          model, ids, beam, 0.6, min_length=length, max_decode_length=length)[0],
-          input_signature=[tf.TensorSpec([None, None], tf.int32)])
-      times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
-      results.append(("function", beam, times))
+    for path, jit in (("function", False), ("function_jit", True)):
+      if path in FLAGS.paths:
+        decode = tf.function(lambda ids, beam=beam: decoding.decode(
+            model, ids, beam, 0.6, min_length=length, max_decode_length=length)[0],
+            jit_compile=jit)
+        times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
+        results.append((path, beam, times))
     if "saved_model" in FLAGS.paths:
       module = Translator(model, vocabulary, beam_size=beam, nbest=1,
                           max_source_length=FLAGS.max_length, min_decode_length=length,

@@ -20,9 +20,7 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  console.set_up_logging()
+  console.start(argv)
   try:
     decode_config = config.decode_config_from_flags()
     if not FLAGS.model_dir or not FLAGS.export_dir:

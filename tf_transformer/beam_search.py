@@ -87,7 +87,13 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
                           tf.logical_not(best_alive_cannot_win(alive_log_probs,
                                                                finished_scores)))
 
-  def body(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids, finished_scores):
+  def body(*state):
+    # gathers and reshapes lose static dims; the loop needs each state's shape kept
+    return tf.nest.map_structure(lambda new, old: tf.ensure_shape(new, old.shape),
+                                 step_once(*state), state)
+
+  def step_once(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
+                finished_scores):
     logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
     vocab_size = tf.shape(logits)[-1]
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))  # -> [B * K, V]

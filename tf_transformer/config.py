@@ -71,6 +71,9 @@ flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical
 flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).")
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
 flags.DEFINE_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size).")
+flags.DEFINE_bool("decode_jit", False,
+                  "XLA-compile the decoding loop (about 2x faster on CPU here; each new batch "
+                  "shape compiles once).")
 flags.DEFINE_string("saved_model", None, "Translate with this exported SavedModel version folder.")
 flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
 flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
@@ -147,6 +150,7 @@ class DecodeConfig:
   nbest: int = 1
   max_source_length: int = 100
   extra_decode_length: int = 50
+  decode_jit: bool = False
 
 
 class FlagError(ValueError):
@@ -201,4 +205,4 @@ def decode_config_from_flags() -> DecodeConfig:
   _require(FLAGS.extra_decode_length >= 1, "--extra_decode_length must be positive")
   return DecodeConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha, nbest=FLAGS.nbest,
                       max_source_length=FLAGS.max_length,
-                      extra_decode_length=FLAGS.extra_decode_length)
+                      extra_decode_length=FLAGS.extra_decode_length, decode_jit=FLAGS.decode_jit)

@@ -22,9 +22,7 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  console.set_up_logging()
+  console.start(argv)
   try:
     if not FLAGS.src or not FLAGS.ref:
       raise config.FlagError("--src and --ref are both required")

@@ -15,9 +15,7 @@ from tf_transformer.model_dir import ModelDirError
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  console.set_up_logging()
+  console.start(argv)
   try:
     data_config = config.data_config_from_flags()
     train_config = config.train_config_from_flags()

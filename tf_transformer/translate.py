@@ -35,9 +35,7 @@ def read_lines(path: str | None) -> list[str]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  console.set_up_logging()
+  console.start(argv)
   try:
     decode_config = config.decode_config_from_flags()
     if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):

@@ -95,3 +95,12 @@ def test_best_beam_score_is_at_least_greedy():
   _, greedy_scores = run(beam_size=1, batch=2)
   _, beam_scores = run(beam_size=4, batch=2)
   assert (beam_scores[:, 0] >= greedy_scores[:, 0] - 1e-6).all()
+
+
+def test_static_shapes_compile_in_a_function():
+  """A batch with a static shape keeps it through the loop (as XLA and fixed signatures need)."""
+  search = tf.function(lambda initial: beam_search(
+      toy_logits, initial, {"sum": tf.zeros([3], tf.int32)}, 2, 0.6, MAX_LENGTH, EOS))
+  ids, scores = search(tf.fill([3], START))
+  assert ids.shape == (3, 2, MAX_LENGTH) and scores.shape == (3, 2)
+  np.testing.assert_array_equal(ids.numpy(), run(beam_size=2, batch=3)[0])

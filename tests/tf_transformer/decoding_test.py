@@ -79,3 +79,13 @@ def test_score_equals_the_beam_search_score(model_and_sources):
     padded = tf.pad(targets, [[0, 0], [0, 3]])
     np.testing.assert_allclose(decoding.score(model, sources, padded, alpha=0.6),
                                scores[:, rank], rtol=1e-4)
+
+
+def test_xla_compiled_search_decodes_the_same(model_and_sources):
+  model, sources = model_and_sources
+  search = lambda ids: decoding.decode(model, ids, beam_size=2, alpha=0.6, min_length=2,
+                                       extra_decode_length=EXTRA)
+  ids, scores = tf.function(search)(sources)
+  jit_ids, jit_scores = tf.function(search, jit_compile=True)(sources)
+  np.testing.assert_array_equal(jit_ids.numpy(), ids.numpy())
+  np.testing.assert_allclose(jit_scores.numpy(), scores.numpy(), rtol=1e-4)
