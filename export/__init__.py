@@ -1,6 +1,3 @@
 """SavedModel export for TF Serving: string in, string out."""
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+import tf_transformer  # noqa: F401  (sets TensorFlow's environment before TensorFlow loads)

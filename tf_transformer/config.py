@@ -132,9 +132,7 @@ class TrainConfig:
   keep_checkpoints: int = 5
   eval_sentences: int = 1000
   eval_batch_size: int = 64
-  extra_decode_length: int = 50
   eval_beam_size: int = 4
-  alpha: float = 0.6
   early_stopping: int = 0
   seed: int = 1234
   deterministic: bool = False
@@ -192,7 +190,6 @@ def train_config_from_flags() -> TrainConfig:
                "num_cpu_devices", "keep_checkpoints", "eval_beam_size"):
     _require(FLAGS[name].value > 0, f"--{name} must be positive, got {FLAGS[name].value}")
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
-  _require(FLAGS.alpha >= 0.0, f"--alpha must not be negative, got {FLAGS.alpha}")
   names = [f.name for f in dataclasses.fields(TrainConfig)]
   return TrainConfig(**{name: FLAGS[name].value for name in names})
 

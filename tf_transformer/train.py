@@ -19,11 +19,12 @@ def main(argv):
   try:
     data_config = config.data_config_from_flags()
     train_config = config.train_config_from_flags()
+    decode_config = config.decode_config_from_flags()
     strategy = trainer.set_up_runtime(train_config)
     data = ParallelData(data_config, train_config.model_dir)
     model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                    data.vocabulary.target_size)
-    results = trainer.Trainer(data, model_config, train_config, strategy).train()
+    results = trainer.Trainer(data, model_config, train_config, decode_config, strategy).train()
   except (config.FlagError, CorpusError, ModelDirError) as e:
     sys.exit(f"error: {e}")
   except trainer.TrainingInterrupted as e:

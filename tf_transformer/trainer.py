@@ -109,8 +109,10 @@ def make_optimizer(model_config, train_config) -> keras.optimizers.Optimizer:
 class Trainer:
   """Trains a Transformer on ParallelData under a tf.distribute strategy."""
 
-  def __init__(self, data, model_config, train_config, strategy: tf.distribute.Strategy):
-    """`strategy` comes from `set_up_runtime`, called before `data` was built."""
+  def __init__(self, data, model_config, train_config, decode_config,
+               strategy: tf.distribute.Strategy):
+    """`decode_config` gives the dev/test search (its beam size replaced by
+    --eval_beam_size); `strategy` comes from `set_up_runtime`, called before `data`."""
     self.data = data
     self.model_config = model_config
     self.config = train_config
@@ -140,9 +142,8 @@ class Trainer:
         checkpoint_name="ckpt")
     if self._restore(self.manager):
       logging.info("resumed from %s at step %d", self.manager.latest_checkpoint, self.step)
-    self.translator = Translator(self.model, data.vocabulary, beam_size=c.eval_beam_size,
-                                 alpha=c.alpha, nbest=1, max_source_length=data.config.max_length,
-                                 extra_decode_length=c.extra_decode_length)
+    search = dataclasses.replace(decode_config, beam_size=c.eval_beam_size, nbest=1)
+    self.translator = Translator(self.model, data.vocabulary, **dataclasses.asdict(search))
     self._loss_statistics = evaluation.make_loss_statistics(self.model, c.label_smoothing)
     self._train_step = make_train_step(self.model, self.optimizer, strategy, c.label_smoothing)
     self._writers = {name: tf.summary.create_file_writer(os.path.join(c.model_dir, name))

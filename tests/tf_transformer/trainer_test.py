@@ -45,7 +45,8 @@ def build_trainer(data_dir, model_dir, *args):
   data = ParallelData(config.data_config_from_flags(), model_dir)
   model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                  data.vocabulary.target_size)
-  return trainer.Trainer(data, model_config, train_config, strategy)
+  return trainer.Trainer(data, model_config, train_config, config.decode_config_from_flags(),
+                         strategy)
 
 
 def test_tiny_preset_learns_to_reverse(tmp_path):
