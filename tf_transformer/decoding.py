@@ -34,16 +34,18 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
   if max_decode_length is None:
     max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
   memory, cross_bias = model.encode(source_ids, training=False)
-  cache = {"layers": model.init_decode_cache(memory, max_decode_length),
-           "cross_bias": cross_bias}
+  cache = model.init_decode_cache(memory, max_decode_length)
   forbidden = never_generated_bias(model.target_vocab_size)
 
-  def symbols_to_logits_fn(ids, step, cache):
-    logits, layers = model.decode_step(ids, step, cache["cross_bias"], cache["layers"])
-    return logits + forbidden, {"layers": layers, "cross_bias": cache["cross_bias"]}
+  # the search state holds only the self-attention buffers; the rest (the projected memory,
+  # one copy per source that its beam hypotheses share) stays constant
+  def symbols_to_logits_fn(ids, step, self_cache):
+    logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache))
+    return logits + forbidden, new_cache["self"]
 
   return beam_search.beam_search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
-                                 cache, beam_size, alpha, max_decode_length, EOS_ID, min_length)
+                                 cache["self"], beam_size, alpha, max_decode_length, EOS_ID,
+                                 min_length)
 
 
 def strip_after_eos(ids):

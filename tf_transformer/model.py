@@ -86,25 +86,30 @@ class Transformer(keras.Model):
     mask = tf.not_equal(source_ids, attention_bias.PAD_ID)
     return self.encoder(x, bias, mask, training=training), bias
 
-  def decode(self, target_input_ids, memory, cross_attention_bias, training=None):
+  def decode(self, target_input_ids, memory, cross_attention_bias, training=None,
+             return_attention=False):
     """Runs the decoder over whole target prefixes (teacher forcing).
 
     Args:
       target_input_ids: int32 [batch, target_length], BOS then the target shifted right.
       memory: [batch, source_length, d_model].
       cross_attention_bias: float32 [batch, 1, 1, source_length].
+      return_attention: also return the last decoder layer's cross-attention weights, averaged
+        over heads: float32 [batch, target_length, source_length].
 
     Returns:
-      [batch, target_length, d_model] decoder states (feed them to `logits`).
+      [batch, target_length, d_model] decoder states (feed them to `logits`); with
+      `return_attention`, the tuple (states, weights).
     """
     self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
     x = self.embedding_dropout(self.target_embedding(target_input_ids), training=training)
     mask = tf.not_equal(target_input_ids, attention_bias.PAD_ID)
-    return self.decoder(x, memory, self_bias, cross_attention_bias, mask, training=training)
+    return self.decoder(x, memory, self_bias, cross_attention_bias, mask, training=training,
+                        return_attention=return_attention)
 
-  def logits(self, hidden):
-    """hidden [..., d_model] -> float32 [..., target_vocab_size]."""
-    return self.target_embedding.logits(hidden)
+  def logits(self, hidden, output_kernel=None):
+    """hidden [..., d_model] -> float32 [..., target_vocab_size]; see SharedEmbedding.logits."""
+    return self.target_embedding.logits(hidden, output_kernel)
 
   def call(self, inputs, training=None):
     """inputs: (source_ids [B, S], target_input_ids [B, T]) -> float32 logits [B, T, V]."""
@@ -113,8 +118,11 @@ class Transformer(keras.Model):
     return self.logits(self.decode(target_input_ids, memory, bias, training=training))
 
   def init_decode_cache(self, memory, max_length: int):
-    """Decoding state for `max_length` steps; see Decoder.init_cache."""
-    return self.decoder.init_cache(memory, max_length)
+    """Decoding state for `max_length` steps: Decoder.init_cache's "self" (the per-hypothesis
+    buffers each step writes) and "cross" parts, plus "output_kernel", the pre-softmax matrix
+    transposed once for the whole decoding."""
+    return dict(self.decoder.init_cache(memory, max_length),
+                output_kernel=self.target_embedding.output_kernel())
 
   def decode_step(self, ids, decode_index, cross_attention_bias, cache):
     """Logits for the next token after feeding one token per sequence.
@@ -122,23 +130,27 @@ class Transformer(keras.Model):
     Args:
       ids: int32 [batch], the token at position `decode_index`.
       decode_index: int32 scalar.
-      cross_attention_bias: float32 [batch, 1, 1, source_length].
-      cache: from `init_decode_cache` or the previous step.
+      cross_attention_bias: float32 [sources, 1, 1, source_length], where batch is a multiple
+        of sources (each source's K beam hypotheses are consecutive rows).
+      cache: from `init_decode_cache` or the previous step; its "self" part has batch rows and
+        its "cross" part sources rows.
 
     Returns:
       logits: float32 [batch, target_vocab_size], of the token at `decode_index + 1`.
       cache: the updated decoding state.
     """
-    max_length = cache[0]["self"]["key"].shape[2] or tf.shape(cache[0]["self"]["key"])[2]
+    buffer = cache["self"][0]["key"]
+    max_length = buffer.shape[2] or tf.shape(buffer)[2]
     positions = tf.range(max_length)
     # hide the buffer slots after the current position (not written yet)
     future = tf.cast(positions > decode_index, tf.float32)
     self_bias = (future * attention_bias.large_negative(tf.float32))[tf.newaxis, tf.newaxis,
                                                                      tf.newaxis, :]
     x = self.target_embedding.embed(ids[:, tf.newaxis], decode_index[tf.newaxis])
-    x, cache = self.decoder(x, None, self_bias, cross_attention_bias, None, cache=cache,
-                            decode_index=decode_index)
-    return self.logits(x[:, 0, :]), cache
+    x, layers = self.decoder(x, None, self_bias, cross_attention_bias, None,
+                             cache={"self": cache["self"], "cross": cache["cross"]},
+                             decode_index=decode_index)
+    return self.logits(x[:, 0, :], cache["output_kernel"]), dict(cache, **layers)
 
   def get_config(self):
     config = super().get_config()

@@ -60,20 +60,27 @@ class MultiHeadAttention(keras.layers.Layer):
     return {"key": key, "value": value}
 
   def _attend(self, query, key, value, bias, training):
-    """query [B, H, T, D], key/value [B, H, S, D], bias broadcastable to [B, H, T, S]."""
+    """query [B, H, T, D], key/value [B, H, S, D], bias broadcastable to [B, H, T, S].
+
+    Returns the context [B, H, T, D] and the attention weights float32 [B, H, T, S].
+    """
     depth = self.d_model // self.num_heads
     query *= tf.cast(depth**-0.5, query.dtype)
     # softmax in float32: its exp/sum loses too much in float16/bfloat16
     logits = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # -> [B, H, T, S]
     weights = tf.nn.softmax(logits + tf.cast(bias, tf.float32))
-    weights = self._dropout(tf.cast(weights, self.compute_dtype), training=training)
-    context = tf.matmul(weights, value)  # -> [B, H, T, D]
+    dropped = self._dropout(tf.cast(weights, self.compute_dtype), training=training)
+    return tf.matmul(dropped, value), weights
+
+  def _output(self, context):
+    """context [B, H, T, D] -> [B, T, d_model], the heads concatenated and projected."""
     batch, length = tf.shape(context)[0], tf.shape(context)[2]
     context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, self.d_model])
     output = tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
     return tf.reshape(output, [batch, length, self.d_model])
 
-  def call(self, query, bias, memory=None, cache=None, decode_index=None, training=None):
+  def call(self, query, bias, memory=None, cache=None, decode_index=None, training=None,
+           return_weights=False):
     """Attends from `query` to itself (self-attention) or to `memory` (cross-attention).
 
     Args:
@@ -83,41 +90,67 @@ class MultiHeadAttention(keras.layers.Layer):
         projected keys and values.
       cache: optional dict of decoding state. Self-attention: "key"/"value" buffers
         [B, H, max_length, D] into which the T new keys/values are written at `decode_index`.
-        Cross-attention: the output of `project_memory`, used as is.
+        Cross-attention: the output of `project_memory` for B / K sources, where each source
+        is shared by K consecutive queries (the hypotheses of a beam); the keys and values are
+        used as they are, never copied per query.
       decode_index: int32 scalar, the position of query[:, 0] (with a self-attention cache).
       training: enables attention dropout.
+      return_weights: also return the attention weights float32 [B, H, T, S].
 
     Returns:
-      [B, T, d_model]; with a self-attention cache, the tuple (output, updated cache).
+      [B, T, d_model]; with a self-attention cache, the tuple (output, updated cache); with
+      `return_weights`, the weights are appended (output, [cache,] weights).
     """
+    extra = ()
     if self.self_attention:
       query, key, value = self._project(query, self.qkv_kernel, 3)
       if cache is not None:
         cache = self._write_cache(cache, key, value, decode_index)
-        return self._attend(query, cache["key"], cache["value"], bias, training), cache
+        key, value = cache["key"], cache["value"]
+        extra = (cache,)
+      context, weights = self._attend(query, key, value, bias, training)
     else:
       query = self._project(query, self.q_kernel, 1)[0]
-      if cache is not None:
-        key, value = cache["key"], cache["value"]
-      else:
+      if cache is None:
         key, value = self._project(memory, self.kv_kernel, 2)
-    return self._attend(query, key, value, bias, training)
+        context, weights = self._attend(query, key, value, bias, training)
+      else:
+        context, weights = self._attend_shared(query, cache["key"], cache["value"], bias,
+                                               training, return_weights)
+    outputs = (self._output(context),) + extra + ((weights,) if return_weights else ())
+    return outputs[0] if len(outputs) == 1 else outputs
+
+  def _attend_shared(self, query, key, value, bias, training, return_weights):
+    """`_attend` for query [B * K, H, T, D] over key/value [B, H, S, D], bias [B, 1, 1, S].
+
+    The K queries of one source are folded into its time axis ([B, H, K * T, D]): one matmul
+    per source instead of K copies of its keys and values.
+    """
+    batch = tf.shape(key)[0]
+    shared = tf.shape(query)[0] // batch
+    _, heads, length, depth = tf.unstack(tf.shape(query))
+    folded = tf.reshape(query, [batch, shared, heads, length, depth])
+    folded = tf.reshape(tf.transpose(folded, [0, 2, 1, 3, 4]), [batch, heads, -1, depth])
+    context, weights = self._attend(folded, key, value, bias, training)
+    unfold = lambda x: tf.reshape(  # noqa: E731  [B, H, K * T, X] -> [B * K, H, T, X]
+        tf.transpose(tf.reshape(x, [batch, heads, shared, length, -1]), [0, 2, 1, 3, 4]),
+        [batch * shared, heads, length, -1])
+    return unfold(context), unfold(weights) if return_weights else None
 
   @staticmethod
   def _write_cache(cache, key, value, decode_index):
     """Returns the buffers with key/value [B, H, T, D] written at time `decode_index`.
 
     The buffers keep a static shape so that a decoding loop compiles once (also under XLA);
-    the caller's bias hides the positions not written yet.
+    the caller's bias hides the positions not written yet. The scatter touches only the
+    B * H * T * D new entries (TensorFlow updates the buffer in place when it can).
     """
-    max_length = cache["key"].shape[2] or tf.shape(cache["key"])[2]
-    length = tf.shape(key)[2]
-    positions = decode_index + tf.range(length)
-    # one-hot [T, max_length] write: a matmul keeps shapes static, unlike scatter
-    write = tf.one_hot(positions, max_length, dtype=key.dtype)
-    keep = 1.0 - tf.reduce_sum(write, axis=0)[:, tf.newaxis]  # -> [max_length, 1]
-    return {"key": cache["key"] * keep + tf.einsum("tl,bhtd->bhld", write, key),
-            "value": cache["value"] * keep + tf.einsum("tl,bhtd->bhld", write, value)}
+    batch, heads, length = tf.unstack(tf.shape(key)[:3])
+    b, h, t = tf.meshgrid(tf.range(batch), tf.range(heads), decode_index + tf.range(length),
+                          indexing="ij")
+    indices = tf.stack([b, h, t], axis=-1)  # -> [B, H, T, 3]
+    return {"key": tf.tensor_scatter_nd_update(cache["key"], indices, key),
+            "value": tf.tensor_scatter_nd_update(cache["value"], indices, value)}
 
   def compute_output_shape(self, query_shape, *args, **kwargs):
     return query_shape

@@ -38,7 +38,7 @@ class DecoderLayer(TransformerLayer):
     self.cross_attention.build(inputs_shape, inputs_shape)
 
   def call(self, inputs, memory, self_attention_bias, cross_attention_bias, padding_mask=None,
-           cache=None, decode_index=None, training=None):
+           cache=None, decode_index=None, training=None, return_attention=False):
     """Decodes one layer.
 
     Args:
@@ -47,14 +47,19 @@ class DecoderLayer(TransformerLayer):
         projected cross-attention keys/values).
       self_attention_bias: float32 [batch or 1, 1, length, length], or
         [batch, 1, 1, max_length] with a cache.
-      cross_attention_bias: float32 [batch, 1, 1, source_length].
+      cross_attention_bias: float32 [sources, 1, 1, source_length].
       padding_mask: bool [batch, length], True at real tokens (for the padding-aware FFN).
-      cache: dict {"self": {"key", "value"}, "cross": {"key", "value"}} of
-        [batch, heads, *, depth] tensors.
+      cache: dict {"self": {"key", "value"} [batch, heads, max_length, depth],
+        "cross": {"key", "value"} [sources, heads, source_length, depth]}, where each source
+        serves batch / sources consecutive rows (the hypotheses of a beam).
       decode_index: int32 scalar, the position of inputs[:, 0] when decoding with a cache.
+      training: enables dropout.
+      return_attention: without a cache, also return the cross-attention weights float32
+        [batch, heads, length, source_length].
 
     Returns:
-      [batch, length, d_model]; with a cache, the tuple (output, updated cache).
+      [batch, length, d_model]; with a cache, the tuple (output, updated self-attention
+      cache); with `return_attention`, the tuple (output, cross-attention weights).
     """
     block = self.self_attention_block
     if cache is None:
@@ -69,13 +74,16 @@ class DecoderLayer(TransformerLayer):
     x = block(inputs, y, training=training)
     block = self.cross_attention_block
     y = self.cross_attention(block.sublayer_input(x), cross_attention_bias, memory=memory,
-                             cache=cross_cache, training=training)
+                             cache=cross_cache, training=training,
+                             return_weights=return_attention)
+    if return_attention:
+      y, weights = y
     x = block(x, y, training=training)
     y = self.ffn(self.ffn_block.sublayer_input(x), padding_mask, training=training)
     x = self.ffn_block(x, y, training=training)
-    if cache is None:
-      return x
-    return x, {"self": self_cache, "cross": cross_cache}
+    if cache is not None:
+      return x, self_cache
+    return (x, weights) if return_attention else x
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -88,35 +96,44 @@ class Decoder(LayerStack):
     """Decoding state for `max_length` steps over the encoder output `memory` [B, S, d_model].
 
     Returns:
-      list (one per layer) of {"self": {"key", "value"}: zeros [B, H, max_length, D],
-      "cross": {"key", "value"}: [B, H, S, D]}.
+      dict with "self": per layer {"key", "value"} zeros [B, H, max_length, D], the buffers
+      each step writes; and "cross": per layer {"key", "value"} [B, H, S, D], the projected
+      memory, fixed for the whole decoding and shared by a source's beam hypotheses (which is
+      why the two parts are kept apart: only "self" grows to B * K rows).
     """
     batch = tf.shape(memory)[0]
-    caches = []
+    self_caches, cross_caches = [], []
     for layer in self.stack:
       heads = layer.num_heads
       depth = memory.shape[-1] // heads
       zeros = tf.zeros([batch, heads, max_length, depth], self.compute_dtype)
-      caches.append({"self": {"key": zeros, "value": zeros},
-                     "cross": layer.cross_attention.project_memory(memory)})
-    return caches
+      self_caches.append({"key": zeros, "value": zeros})
+      cross_caches.append(layer.cross_attention.project_memory(memory))
+    return {"self": self_caches, "cross": cross_caches}
 
   def call(self, inputs, memory, self_attention_bias, cross_attention_bias, padding_mask=None,
-           cache=None, decode_index=None, training=None):
+           cache=None, decode_index=None, training=None, return_attention=False):
     """inputs [batch, length, d_model] embedded targets -> [batch, length, d_model].
 
-    See DecoderLayer.call for the arguments; `cache` is the list from `init_cache`, and with it
-    the result is the tuple (output, updated cache list).
+    See DecoderLayer.call for the arguments. `cache` is the dict from `init_cache` (its "self"
+    part may have K times the rows of its "cross" part); with it the result is the tuple
+    (output, updated cache). Without a cache, `return_attention` adds the last layer's
+    cross-attention weights averaged over heads, float32 [batch, length, source_length].
     """
     x = inputs
     if cache is None:
-      for layer in self.stack:
+      last = len(self.stack) - 1
+      for i, layer in enumerate(self.stack):
         x = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
-                  training=training)
+                  training=training, return_attention=return_attention and i == last)
+      if return_attention:
+        x, weights = x
+        return self.final_norm(x), tf.reduce_mean(weights, axis=1)
       return self.final_norm(x)
-    new_cache = []
-    for layer, layer_cache in zip(self.stack, cache):
-      x, layer_cache = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
-                             cache=layer_cache, decode_index=decode_index, training=training)
-      new_cache.append(layer_cache)
-    return self.final_norm(x), new_cache
+    self_caches = []
+    for layer, self_cache, cross_cache in zip(self.stack, cache["self"], cache["cross"]):
+      x, self_cache = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
+                            cache={"self": self_cache, "cross": cross_cache},
+                            decode_index=decode_index, training=training)
+      self_caches.append(self_cache)
+    return self.final_norm(x), {"self": self_caches, "cross": cache["cross"]}

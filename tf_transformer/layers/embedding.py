@@ -74,17 +74,27 @@ class SharedEmbedding(keras.layers.Layer):
     not_pad = tf.cast(tf.not_equal(ids, PAD_ID), self.compute_dtype)
     return x * not_pad[..., tf.newaxis]
 
-  def logits(self, hidden):
+  def output_kernel(self):
+    """The transposed matrix [d_model, vocab_size] of the pre-softmax projection.
+
+    A matmul with it runs about twice as fast on CPU as one with `transpose_b=True` on the
+    [vocab_size, d_model] matrix, so a decoding loop computes it once and passes it to `logits`.
+    """
+    return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
+
+  def logits(self, hidden, output_kernel=None):
     """Pre-softmax projection with the transposed embedding matrix.
 
     Args:
       hidden: [..., d_model].
+      output_kernel: `output_kernel()`, if already computed.
 
     Returns:
       float32 [..., vocab_size] (float32 so softmax and loss stay stable in mixed precision).
     """
-    kernel = tf.cast(self.embeddings, self.compute_dtype)
-    logits = tf.matmul(tf.reshape(hidden, [-1, self.d_model]), kernel, transpose_b=True)
+    if output_kernel is None:
+      output_kernel = self.output_kernel()
+    logits = tf.matmul(tf.reshape(hidden, [-1, self.d_model]), output_kernel)
     shape = tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0)
     return tf.cast(tf.reshape(logits, shape), tf.float32)
 
