@@ -63,10 +63,14 @@ class ParallelData:
     """tf.data of the training (source, target) strings."""
     return pipeline.text_pairs(*self.train_paths, skip_lines=self.train_scan.bad_lines)
 
-  def train_batches(self, seed: int):
+  def train_batches(self, seed: int, num_shards: int = 1, shard: int = 0):
+    """Endless training batches of this worker's shard (every num_shards-th pair)."""
     c = self.config
-    return pipeline.train_batches(self.train_pairs(), self.vocabulary, c.max_length,
-                                  c.batch_tokens, c.shuffle_buffer, seed)
+    pairs = self.train_pairs()
+    if num_shards > 1:
+      pairs = pairs.shard(num_shards, shard)
+    return pipeline.train_batches(pairs, self.vocabulary, c.max_length, c.batch_tokens,
+                                  c.shuffle_buffer, seed)
 
   def dev_batches(self):
     """One pass over the dev set in bucketed batches (for the dev loss), or None."""

@@ -62,10 +62,22 @@ flags.DEFINE_integer("early_stopping", 0,
 flags.DEFINE_integer("seed", 1234, "Seed of initialisation, dropout and data order.")
 flags.DEFINE_bool("deterministic", False,
                   "Enable TF op determinism (bit-exact reruns and resumes; slower).")
-flags.DEFINE_enum("distribution", "default", ["default", "mirrored"],
+flags.DEFINE_enum("distribution", "default", ["default", "mirrored", "multi_worker", "tpu"],
                   "default: one device; mirrored: MirroredStrategy over all GPUs, or over "
-                  "--num_cpu_devices logical CPUs when there is no GPU.")
+                  "--num_cpu_devices logical CPUs when there is no GPU; multi_worker: "
+                  "MultiWorkerMirroredStrategy across the hosts of TF_CONFIG; tpu: TPUStrategy "
+                  "on --tpu.")
 flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical devices.")
+flags.DEFINE_string("tpu", "", "TPU name or grpc:// address (--distribution=tpu; '' = local).")
+flags.DEFINE_integer("update_freq", 1,
+                     "Accumulate the gradients of this many batches per optimizer update "
+                     "(an N times larger effective batch).")
+flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
+                  "Keras dtype policy of training: float32 variables, 16-bit compute; logits, "
+                  "softmax and loss stay float32; mixed_float16 adds dynamic loss scaling.")
+flags.DEFINE_bool("jit_compile", False,
+                  "XLA-compile the train step (static shapes: one compilation per length "
+                  "bucket; needs --nopadding_aware_ffn, whose gather has data-dependent shapes).")
 
 # ---------------------------------------------------------------- decoding
 flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).")
@@ -138,6 +150,10 @@ class TrainConfig:
   deterministic: bool = False
   distribution: str = "default"
   num_cpu_devices: int = 1
+  tpu: str = ""
+  update_freq: int = 1
+  mixed_precision: str = "float32"
+  jit_compile: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,9 +203,13 @@ def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> M
 def train_config_from_flags() -> TrainConfig:
   _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
   for name in ("train_steps", "warmup_steps", "eval_every", "save_every", "eval_batch_size",
-               "num_cpu_devices", "keep_checkpoints", "eval_beam_size"):
+               "num_cpu_devices", "keep_checkpoints", "eval_beam_size", "update_freq"):
     _require(FLAGS[name].value > 0, f"--{name} must be positive, got {FLAGS[name].value}")
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
+  static_shapes = FLAGS.jit_compile or FLAGS.distribution == "tpu"
+  _require(not (static_shapes and FLAGS.padding_aware_ffn),
+           "--jit_compile and --distribution=tpu need --nopadding_aware_ffn (its gather of the "
+           "real tokens has a data-dependent shape that XLA cannot compile)")
   names = [f.name for f in dataclasses.fields(TrainConfig)]
   return TrainConfig(**{name: FLAGS[name].value for name in names})
 

@@ -14,7 +14,8 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0, max_decode_length=None):
+           extra_decode_length: int = 50, min_length=0, max_decode_length=None,
+           return_attention: bool = False):
   """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
 
   Args:
@@ -26,10 +27,13 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     min_length: no EOS before this many tokens.
     max_decode_length: if given, the fixed maximum instead of source_length + extra (with
       min_length equal to it, every sentence gets exactly that many decoder steps).
+    return_attention: also return the cross-attention weights behind the best hypothesis
+      (see `_attention`); computed after the search, so they cost nothing when not asked for.
 
   Returns:
     ids: int32 [batch, beam_size, max_decode_length], best first, EOS then zeros.
     scores: float32 [batch, beam_size], length-normalized log-probabilities.
+    attention (with `return_attention`): float32 [batch, max_decode_length, source_length].
   """
   if max_decode_length is None:
     max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
@@ -43,9 +47,30 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache))
     return logits + forbidden, new_cache["self"]
 
-  return beam_search.beam_search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
-                                 cache["self"], beam_size, alpha, max_decode_length, EOS_ID,
-                                 min_length)
+  ids, scores = beam_search.beam_search(
+      symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],
+      beam_size, alpha, max_decode_length, EOS_ID, min_length)
+  if not return_attention:
+    return ids, scores
+  return ids, scores, _attention(model, memory, cross_bias, ids[:, 0])
+
+
+def _decoder_inputs(target_ids):
+  """int32 [batch, length] EOS-terminated, PAD-padded targets -> the decoder's input ids:
+  BOS then the target shifted right, PAD wherever the target is PAD."""
+  batch = tf.shape(target_ids)[0]
+  shifted = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
+  return tf.where(tf.not_equal(target_ids, PAD_ID), shifted, PAD_ID)
+
+
+def _attention(model, memory, cross_bias, target_ids):
+  """Cross-attention weights of the last decoder layer, averaged over heads, while the model
+  predicts each token of `target_ids` [batch, T]: float32 [batch, T, source_length], rows of the
+  real target tokens summing to 1 over the real source tokens, zeros elsewhere. One teacher-
+  forced pass equals what the cached search computed (cached decoding = full decoding)."""
+  _, weights = model.decode(_decoder_inputs(target_ids), memory, cross_bias, training=False,
+                            return_attention=True)
+  return tf.where(tf.not_equal(target_ids, PAD_ID)[:, :, tf.newaxis], weights, 0.0)
 
 
 def strip_after_eos(ids):
@@ -70,11 +95,8 @@ def score(model, source_ids, target_ids, alpha: float = 0.0):
     float32 [batch]: sum of log p(token | prefix, source) over the real target tokens (PAD and
     BOS excluded from the distribution, as in `decode`), over the length penalty.
   """
-  batch = tf.shape(target_ids)[0]
-  shifted = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
   real = tf.not_equal(target_ids, PAD_ID)
-  target_input_ids = tf.where(real, shifted, PAD_ID)
-  logits = model((source_ids, target_input_ids), training=False)
+  logits = model((source_ids, _decoder_inputs(target_ids)), training=False)
   log_probs = tf.nn.log_softmax(logits + never_generated_bias(model.target_vocab_size))
   token_log_probs = tf.gather(log_probs, target_ids, axis=2, batch_dims=2)  # -> [batch, length]
   total = tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)

@@ -5,7 +5,6 @@ import sacrebleu
 import tensorflow as tf
 
 from tf_transformer import losses
-from tf_transformer.layers.attention_bias import PAD_ID
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]):
@@ -38,11 +37,8 @@ def make_loss_statistics(model, label_smoothing: float):
 
   @tf.function(input_signature=[spec, spec, spec])
   def statistics(source_ids, target_input_ids, target_ids):
-    memory, bias = model.encode(source_ids, training=False)
-    hidden = model.decode(target_input_ids, memory, bias, training=False)
-    real = tf.where(tf.not_equal(target_ids, PAD_ID))
-    return losses.token_statistics(model.logits(tf.gather_nd(hidden, real)),
-                                   tf.gather_nd(target_ids, real), label_smoothing)
+    return losses.batch_statistics(model, (source_ids, target_input_ids, target_ids),
+                                   label_smoothing, training=False)
 
   return statistics
 

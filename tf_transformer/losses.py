@@ -1,6 +1,8 @@
-"""Label-smoothed cross entropy over real target tokens, and its token statistics."""
+"""Label-smoothed cross entropy over real target tokens, and the token statistics of a batch."""
 
 import tensorflow as tf
+
+from tf_transformer.layers.attention_bias import PAD_ID
 
 
 def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):
@@ -25,21 +27,50 @@ def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):
   return loss, nll
 
 
-def token_statistics(logits, labels, label_smoothing: float):
+def token_statistics(logits, labels, label_smoothing: float, weights=None):
   """Sums over the real tokens of a batch, to be divided by the (global) token count.
 
   Args:
     logits: float32 [num_tokens, vocab_size].
     labels: int32 [num_tokens].
+    weights: optional float32 [num_tokens], 1 at real tokens and 0 at padding (when padded
+      positions are kept to keep shapes static); None: every token is real.
 
   Returns:
     dict of float32 scalars: "loss" (smoothed), "nll", "correct" and "tokens".
   """
   loss, nll = label_smoothed_cross_entropy(logits, labels, label_smoothing)
-  predictions = tf.argmax(logits, axis=-1, output_type=labels.dtype)
+  correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=labels.dtype), labels),
+                    tf.float32)
+  if weights is None:
+    weights = tf.ones_like(loss)
   return {
-      "loss": tf.reduce_sum(loss),
-      "nll": tf.reduce_sum(nll),
-      "correct": tf.reduce_sum(tf.cast(tf.equal(predictions, labels), tf.float32)),
-      "tokens": tf.cast(tf.size(labels), tf.float32),
+      "loss": tf.reduce_sum(loss * weights),
+      "nll": tf.reduce_sum(nll * weights),
+      "correct": tf.reduce_sum(correct * weights),
+      "tokens": tf.reduce_sum(weights),
   }
+
+
+def batch_statistics(model, batch, label_smoothing: float, static_shapes: bool = False,
+                     training: bool = True):
+  """Summed token statistics (see token_statistics) of one batch under `model`.
+
+  Args:
+    model: a Transformer.
+    batch: (source_ids, target_input_ids, target_ids) int32 [batch, length].
+    static_shapes: keep padded positions (weighted 0) instead of gathering the real ones, for
+      XLA/TPU; otherwise only real target positions reach the [tokens, vocab] softmax, the
+      costliest matmul of the step.
+  """
+  source_ids, target_input_ids, target_ids = batch
+  memory, bias = model.encode(source_ids, training=training)
+  hidden = model.decode(target_input_ids, memory, bias, training=training)
+  real = tf.not_equal(target_ids, PAD_ID)
+  if static_shapes:
+    logits = model.logits(tf.reshape(hidden, [-1, model.d_model]))
+    return token_statistics(logits, tf.reshape(target_ids, [-1]), label_smoothing,
+                                   tf.reshape(tf.cast(real, tf.float32), [-1]))
+  positions = tf.where(real)
+  return token_statistics(model.logits(tf.gather_nd(hidden, positions)),
+                                 tf.gather_nd(target_ids, positions), label_smoothing)

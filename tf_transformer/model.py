@@ -52,7 +52,7 @@ class Transformer(keras.Model):
     self.source_embedding = (self.target_embedding if shared_embeddings else
                              SharedEmbedding(source_vocab_size, d_model,
                                              name="source_embedding", dtype=policy))
-    self.embedding_dropout = keras.layers.Dropout(dropout_rate)
+    self.embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
     stack_args = dict(num_layers=num_layers, num_heads=num_heads, d_ff=d_ff,
                       dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
                       relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,

@@ -22,7 +22,7 @@ _STRINGS = tf.TensorSpec([None], tf.string)
 
 
 class Translator(tf.Module):
-  """Signatures `serving_default`, `translate_nbest` and `score` over a trained Transformer.
+  """Signatures `serving_default`, `translate_nbest`, `score` and `align` over a Transformer.
 
   Args:
     model: the Transformer (its variables are tracked, the object is not).
@@ -49,9 +49,12 @@ class Translator(tf.Module):
     self.beam_size, self.alpha, self.nbest = beam_size, alpha, nbest
     self.max_source_length, self.extra_decode_length = max_source_length, extra_decode_length
     self.min_decode_length, self.max_decode_length = min_decode_length, max_decode_length
-    self._decode = tf.function(
-        lambda ids: decoding.decode(model, ids, beam_size, alpha, extra_decode_length,
-                                    min_decode_length, max_decode_length),
+    search = dict(beam_size=beam_size, alpha=alpha, extra_decode_length=extra_decode_length,
+                  min_length=min_decode_length, max_decode_length=max_decode_length)
+    self._decode = tf.function(lambda ids: decoding.decode(model, ids, **search),
+                               jit_compile=decode_jit)
+    self._decode_with_attention = tf.function(
+        lambda ids: decoding.decode(model, ids, return_attention=True, **search),
         jit_compile=decode_jit)
 
   def _source_ids(self, texts):
@@ -94,10 +97,36 @@ class Translator(tf.Module):
                               self._target_ids(target), self.alpha)
     return {"log_prob": log_prob}
 
+  @tf.function(input_signature=[_STRINGS])
+  def align(self, inputs):
+    """The best translation with its cross-attention weights (for alignments and plots).
+
+    inputs: string [B] -> {"outputs": string [B]; "source_tokens": string [B, S], the subword
+    pieces read (truncated input, then "</s>"), "" as padding; "target_tokens": string [B, T],
+    the pieces written, "</s>" included, "" as padding; "attention": float32 [B, T, S], the
+    last decoder layer's weights averaged over heads, each real target row summing to 1 over
+    the real source tokens, zeros elsewhere (and for blank inputs)}.
+    """
+    source_ids = self._source_ids(inputs)
+    ids, _, attention = self._decode_with_attention(source_ids)
+    best = ids[:, 0]
+    blank = tf.equal(tf.strings.length(tf.strings.strip(inputs)), 0)
+    outputs = self.target_tokenizer.detokenize(decoding.strip_after_eos(best))
+    return {"outputs": tf.where(blank, "", outputs),
+            "source_tokens": self._pieces(self.source_tokenizer, source_ids),
+            "target_tokens": self._pieces(self.target_tokenizer, best),
+            "attention": tf.where(blank[:, tf.newaxis, tf.newaxis], 0.0, attention)}
+
+  @staticmethod
+  def _pieces(tokenizer, ids):
+    """int32 [B, L] -> string [B, L]: each id's subword piece, "" at PAD_ID."""
+    return tf.where(tf.equal(ids, PAD_ID), "", tokenizer.id_to_string(ids))
+
   def signatures(self) -> dict:
     return {"serving_default": self.serve.get_concrete_function(),
             "translate_nbest": self.translate_nbest.get_concrete_function(),
-            "score": self.score.get_concrete_function()}
+            "score": self.score.get_concrete_function(),
+            "align": self.align.get_concrete_function()}
 
 
 def translate_texts(translate_nbest, texts: list[str], batch_size: int = 64, progress=None):

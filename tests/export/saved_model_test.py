@@ -59,13 +59,13 @@ def test_warmup_requests_are_prediction_logs(exported):
   assert tf.make_ndarray(logs[0].predict_log.request.inputs["inputs"]).dtype == object
 
 
-def test_saved_model_cli_shows_three_signatures(exported):
+def test_saved_model_cli_shows_the_signatures(exported):
   cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
   result = subprocess.run([cli, "show", "--all", "--dir", str(exported / "1")],
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr
   shown = result.stdout
-  for name in ("serving_default", "translate_nbest", "score"):
+  for name in ("serving_default", "translate_nbest", "score", "align"):
     assert f"signature_def['{name}']" in shown
   serving = shown.split("signature_def['serving_default']")[1].split("signature_def[")[0]
   assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING" in serving
@@ -73,6 +73,9 @@ def test_saved_model_cli_shows_three_signatures(exported):
   assert "outputs['scores'] tensor_info:\n        dtype: DT_FLOAT" in serving
   score = shown.split("signature_def['score']")[1].split("signature_def[")[0]
   assert "outputs['log_prob'] tensor_info:\n        dtype: DT_FLOAT" in score
+  align = shown.split("signature_def['align']")[1].split("signature_def[")[0]
+  assert "outputs['attention'] tensor_info:\n        dtype: DT_FLOAT\n        shape: (-1, -1, -1)" \
+      in align
 
 
 _FRESH_PROCESS = """
@@ -85,13 +88,20 @@ best = model.signatures["serving_default"](inputs=inputs)
 nbest = model.signatures["translate_nbest"](inputs=inputs)
 score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
 many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
+align = model.signatures["align"](inputs=inputs)
 assert not any(name.split(".")[0] in ("tf_transformer", "data_pipeline", "export")
                for name in sys.modules)
 print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
                   "scores": best["scores"].numpy().tolist(),
                   "nbest_shape": list(nbest["outputs"].shape),
                   "log_prob": score["log_prob"].numpy().tolist(),
-                  "many": int(many["outputs"].shape[0])}))
+                  "many": int(many["outputs"].shape[0]),
+                  "align_outputs": [o.decode() for o in align["outputs"].numpy()],
+                  "source_tokens": [[t.decode() for t in row]
+                                    for row in align["source_tokens"].numpy()],
+                  "target_tokens": [[t.decode() for t in row]
+                                    for row in align["target_tokens"].numpy()],
+                  "attention": align["attention"].numpy().tolist()}))
 """
 
 
@@ -111,6 +121,22 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
   assert loaded["nbest_shape"] == [len(INPUTS), 2]
   assert loaded["many"] == 1000
   assert loaded["log_prob"][0] < 0
+
+  # align: the same best translation, with attention rows over the pieces read and written
+  assert loaded["align_outputs"] == loaded["outputs"]
+  attention = np.array(loaded["attention"])
+  for row, (source, target) in enumerate(zip(loaded["source_tokens"], loaded["target_tokens"])):
+    real_source = np.array([piece != "" for piece in source])
+    real_target = np.array([piece != "" for piece in target])
+    if loaded["outputs"][row] == "" and INPUTS[row].strip() == "":
+      np.testing.assert_array_equal(attention[row], 0.0)
+      continue
+    assert source[real_source.sum() - 1] == "</s>"
+    if "</s>" in target:
+      assert target.index("</s>") == real_target.sum() - 1
+    np.testing.assert_allclose(attention[row][real_target].sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(attention[row][:, ~real_source], 0.0)
+    np.testing.assert_array_equal(attention[row][~real_target], 0.0)
 
 
 def test_non_string_input_is_a_signature_error(exported):

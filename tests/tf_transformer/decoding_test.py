@@ -89,3 +89,28 @@ def test_xla_compiled_search_decodes_the_same(model_and_sources):
   jit_ids, jit_scores = tf.function(search, jit_compile=True)(sources)
   np.testing.assert_array_equal(jit_ids.numpy(), ids.numpy())
   np.testing.assert_allclose(jit_scores.numpy(), scores.numpy(), rtol=1e-4)
+
+
+def test_attention_of_the_best_hypothesis(model_and_sources):
+  model, sources = model_and_sources
+  ids, scores = decoding.decode(model, sources, beam_size=2, extra_decode_length=EXTRA)
+  ids_a, scores_a, attention = decoding.decode(model, sources, beam_size=2,
+                                               extra_decode_length=EXTRA, return_attention=True)
+  np.testing.assert_array_equal(ids_a.numpy(), ids.numpy())
+  np.testing.assert_array_equal(scores_a.numpy(), scores.numpy())
+  assert attention.shape == (3, sources.shape[1] + EXTRA, sources.shape[1])
+  attention = attention.numpy()
+  for row in range(3):
+    tokens = list(ids[row, 0].numpy())
+    length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else len(tokens)
+    source_length = int(np.sum(sources[row].numpy() != 0))
+    np.testing.assert_allclose(attention[row, :length].sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(attention[row, :, source_length:], 0.0)  # source padding
+    np.testing.assert_array_equal(attention[row, length:], 0.0)  # after EOS
+    # padding the batch does not change a sentence's attention
+    alone = sources[row:row + 1, :source_length]
+    ids_alone, _, attention_alone = decoding.decode(
+        model, alone, beam_size=2, max_decode_length=ids.shape[2], return_attention=True)
+    np.testing.assert_array_equal(ids_alone.numpy()[0, 0], tokens)
+    np.testing.assert_allclose(attention_alone.numpy()[0], attention[row, :, :source_length],
+                               atol=1e-5)

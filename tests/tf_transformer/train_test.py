@@ -1,11 +1,19 @@
 """The training command as a user runs it: one-line errors, interruption, resume, mirrored."""
 
 import gzip
+import json
+import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+
+import tensorflow as tf
+
+from data_pipeline import bucketing
+from tf_transformer import model_dir as model_dir_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -94,3 +102,62 @@ def test_mirrored_on_two_logical_cpus(tmp_path):
                              "--distribution=mirrored", "--num_cpu_devices=2"))
   assert result.returncode == 0, result.stderr
   assert '"step": 3' in result.stdout
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_multi_worker_on_two_local_processes(tmp_path):
+  write_corpus(tmp_path)
+  workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+  processes = []
+  for index in range(2):
+    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    processes.append(subprocess.Popen(
+        train_command(tmp_path, tmp_path / "model", "--train_steps=3", "--save_every=2",
+                      "--distribution=multi_worker"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, TF_CONFIG=json.dumps(tf_config))))
+  outputs = [process.communicate(timeout=400) for process in processes]
+  for process, (_, stderr) in zip(processes, outputs):
+    assert process.returncode == 0, stderr[-3000:]
+  # the chief (worker 0) alone wrote into model_dir; its checkpoint loads
+  assert json.loads((tmp_path / "model" / "results.json").read_text())["step"] == 3
+  assert not list((tmp_path / "model").glob("worker_*"))
+  checkpoint = str(tmp_path / "model" / "ckpt-3")
+  iterations = [name for name, _ in tf.train.list_variables(checkpoint) if "iterations" in name]
+  assert int(tf.train.load_checkpoint(checkpoint).get_tensor(iterations[0])) == 3
+  model, _, _ = model_dir_lib.load_for_inference(str(tmp_path / "model"), "src", "tgt")
+  assert model.count_params() > 0
+
+
+def test_xla_compiles_at_most_one_shape_per_bucket(tmp_path):
+  write_corpus(tmp_path, lines=400)
+  result = run(train_command(tmp_path, tmp_path / "model", "--train_steps=40", "--jit_compile",
+                             "--nopadding_aware_ffn", "--eval_every=1000", "--save_every=1000"))
+  assert result.returncode == 0, result.stderr
+  compiled = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
+  buckets = len(bucketing.bucket_boundaries(32 + 1))  # tiny.cfg: --max_length=32
+  assert 1 <= len(compiled) <= buckets
+
+
+def test_jit_compile_needs_the_plain_ffn(tmp_path):
+  write_corpus(tmp_path)
+  result = run(train_command(tmp_path, tmp_path / "model", "--jit_compile"))
+  assert_one_line_error(result, "--jit_compile and --distribution=tpu need --nopadding_aware_ffn "
+                        "(its gather of the real tokens has a data-dependent shape that XLA "
+                        "cannot compile)")
+
+
+def test_tiny_preset_trains_in_bfloat16(tmp_path):
+  write_corpus(tmp_path)
+  result = run(train_command(tmp_path, tmp_path / "model", "--train_steps=60",
+                             "--mixed_precision=mixed_bfloat16", "--eval_every=60"))
+  assert result.returncode == 0, result.stderr
+  losses = [float(part.split(":")[1]) for line in result.stderr.splitlines() +
+            result.stdout.splitlines() for part in line.split(" - ") if part.startswith("loss:")]
+  assert losses and all(math.isfinite(loss) for loss in losses)
+  assert losses[-1] < losses[0]

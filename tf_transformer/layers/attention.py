@@ -21,7 +21,7 @@ class MultiHeadAttention(keras.layers.Layer):
     self.num_heads = num_heads
     self.dropout_rate = dropout_rate
     self.self_attention = self_attention
-    self._dropout = keras.layers.Dropout(dropout_rate)
+    self._dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
 
   def build(self, query_shape, memory_shape=None):
     d_model = query_shape[-1]

@@ -20,7 +20,7 @@ class FeedForward(keras.layers.Layer):
     self.d_ff = d_ff
     self.dropout_rate = dropout_rate
     self.padding_aware = padding_aware
-    self._dropout = keras.layers.Dropout(dropout_rate)
+    self._dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
 
   def build(self, inputs_shape, padding_mask_shape=None):
     d_model = inputs_shape[-1]

@@ -129,6 +129,40 @@ def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads):
   np.testing.assert_allclose(cached, out, atol=1e-6)
 
 
+def test_attention_weights_match_reference():
+  layer = _cross_layer(2, seed=9)
+  rng = np.random.default_rng(9)
+  query = rng.normal(size=(2, 3, D_MODEL))
+  memory = rng.normal(size=(2, 4, D_MODEL))
+  bias = attention_bias.padding_bias(tf.constant([[1, 2, 0, 0], [3, 4, 5, 6]])).numpy()
+  _, weights = layer(tf.constant(query, tf.float32), bias, memory=tf.constant(memory, tf.float32),
+                     training=False, return_weights=True)
+  kv = layer.kv_kernel.numpy().astype(np.float64)
+  q = _split_heads(query @ layer.q_kernel.numpy().astype(np.float64), 2)
+  k = _split_heads(memory @ kv[:, :D_MODEL], 2)
+  expected = _softmax(q @ k.transpose(0, 1, 3, 2) * (D_MODEL // 2)**-0.5 + bias)
+  np.testing.assert_allclose(weights.numpy(), expected, atol=1e-6)
+  np.testing.assert_array_equal(weights.numpy()[0, :, :, 2:], 0.0)
+
+
+def test_beam_queries_share_one_copy_of_the_memory():
+  """K consecutive queries per source over the source's cached keys/values give what K tiled
+  copies of the memory give."""
+  layer = _cross_layer(4, seed=11)
+  rng = np.random.default_rng(11)
+  beams = 3
+  memory = tf.constant(rng.normal(size=(2, 5, D_MODEL)), tf.float32)
+  query = tf.constant(rng.normal(size=(2 * beams, 1, D_MODEL)), tf.float32)
+  bias = attention_bias.padding_bias(tf.constant([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]))
+  shared, shared_weights = layer(query, bias, cache=layer.project_memory(memory),
+                                 training=False, return_weights=True)
+  tiled = tf.repeat(memory, beams, axis=0)
+  expected, expected_weights = layer(query, tf.repeat(bias, beams, axis=0), memory=tiled,
+                                     training=False, return_weights=True)
+  np.testing.assert_allclose(shared.numpy(), expected.numpy(), atol=1e-6)
+  np.testing.assert_allclose(shared_weights.numpy(), expected_weights.numpy(), atol=1e-6)
+
+
 def test_self_attention_cache_writes_at_decode_index():
   layer = _self_layer(2, seed=7)
   x = np.random.default_rng(7).normal(size=(1, 3, D_MODEL)).astype(np.float32)

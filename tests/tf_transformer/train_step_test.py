@@ -1,0 +1,174 @@
+"""The training step's equalities: micro-batches, replicas and XLA change nothing but speed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline.pipeline import add_decoder_inputs
+from tf_transformer import losses, trainer
+from tf_transformer.config import ModelConfig, TrainConfig
+from tf_transformer.model import Transformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VOCAB = 30
+MODEL = ModelConfig(VOCAB, VOCAB, num_layers=1, d_model=16, num_heads=2, d_ff=32,
+                    dropout_rate=0.0, attention_dropout_rate=0.0, relu_dropout_rate=0.0,
+                    padding_aware_ffn=False)
+
+
+def make_batch(seed, rows, length):
+  """(source_ids, target_input_ids, target_ids) [rows, length] with ragged real lengths."""
+  rng = np.random.default_rng(seed)
+  source = rng.integers(4, VOCAB, (rows, length)).astype(np.int32)
+  target = rng.integers(4, VOCAB, (rows, length)).astype(np.int32)
+  for row in range(rows):
+    source[row, rng.integers(2, length + 1):] = 0
+    cut = rng.integers(2, length + 1)
+    target[row, cut - 1], target[row, cut:] = 3, 0
+  return tuple(t.numpy() for t in add_decoder_inputs(tf.constant(source), tf.constant(target)))
+
+
+def train(batches, update_freq=1, steps=3, jit_compile=False, dtype=None):
+  """Weights after `steps` updates on the endless cycle of `batches`, and the last stats."""
+  keras.utils.set_random_seed(0)
+  model = Transformer(**MODEL.__dict__, dtype=dtype)
+  optimizer = trainer.make_optimizer(MODEL, TrainConfig(model_dir="", warmup_steps=4))
+  optimizer.build(model.trainable_variables)
+  dataset = tf.data.Dataset.from_tensors(batches[0])
+  for batch in batches[1:]:
+    dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+  iterator = iter(dataset.repeat())
+  step = trainer.make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1,
+                                 update_freq, jit_compile)
+  stats = None
+  for _ in range(steps):
+    stats = step(iterator)
+  return [w.numpy() for w in model.weights], stats
+
+
+def concat(*batches):
+  return tuple(np.concatenate(parts) for parts in zip(*batches))
+
+
+def test_accumulated_micro_batches_equal_one_big_batch():
+  a, b, c = make_batch(1, 3, 7), make_batch(2, 2, 7), make_batch(3, 4, 7)
+  accumulated, stats = train([a, b, c], update_freq=3)
+  big, big_stats = train([concat(a, b, c)], update_freq=1)
+  assert float(stats["tokens"]) == float(big_stats["tokens"])
+  np.testing.assert_allclose(float(stats["loss"]), float(big_stats["loss"]), rtol=1e-5)
+  assert stats["shapes"].numpy().tolist() == [[3, 7], [2, 7], [4, 7]]
+  for got, expected in zip(accumulated, big):
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_static_shape_statistics_equal_gathered_ones():
+  keras.utils.set_random_seed(0)
+  model = Transformer(**MODEL.__dict__)
+  batch = tuple(tf.constant(t) for t in make_batch(4, 3, 9))
+  gathered = losses.batch_statistics(model, batch, 0.1, training=False)
+  static = losses.batch_statistics(model, batch, 0.1, static_shapes=True, training=False)
+  for key in gathered:
+    np.testing.assert_allclose(float(static[key]), float(gathered[key]), rtol=1e-5)
+
+
+def test_xla_compiled_step_equals_the_graph_step():
+  batches = [make_batch(5, 3, 8), make_batch(6, 3, 12)]
+  compiled, _ = train(batches, jit_compile=True)
+  graph, _ = train(batches)
+  for got, expected in zip(compiled, graph):
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_mixed_bfloat16_step_is_finite_and_float32_where_it_counts():
+  keras.utils.set_random_seed(0)
+  model = Transformer(**MODEL.__dict__, dtype="mixed_bfloat16")
+  assert all(w.dtype == "float32" for w in model.weights)
+  batch = tuple(tf.constant(t) for t in make_batch(7, 3, 8))
+  memory, bias = model.encode(batch[0])
+  assert memory.dtype == tf.bfloat16
+  assert model.logits(model.decode(batch[1], memory, bias)).dtype == tf.float32
+  before, _ = train([make_batch(7, 3, 8)], steps=0, dtype="mixed_bfloat16")
+  after, stats = train([make_batch(7, 3, 8)], steps=3, dtype="mixed_bfloat16")
+  assert np.isfinite(float(stats["loss"]))
+  assert all(np.isfinite(w).all() for w in after)
+  assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_loss_scaled_float16_step_updates_finite_weights():
+  config = TrainConfig(model_dir="", warmup_steps=4, mixed_precision="mixed_float16")
+  keras.utils.set_random_seed(0)
+  model = Transformer(**MODEL.__dict__, dtype="mixed_float16")
+  optimizer = trainer.make_optimizer(MODEL, config)
+  assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+  optimizer.build(model.trainable_variables)
+  before = [w.numpy() for w in model.trainable_variables]
+  iterator = iter(tf.data.Dataset.from_tensors(make_batch(8, 3, 8)).repeat())
+  step = trainer.make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1)
+  for _ in range(3):
+    stats = step(iterator)
+  assert np.isfinite(float(stats["loss"]))
+  after = [w.numpy() for w in model.trainable_variables]
+  assert all(np.isfinite(w).all() for w in after)
+  assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+_MIRRORED = """
+import json, sys
+import numpy as np, keras, tensorflow as tf
+from tf_transformer import trainer
+from tf_transformer.config import ModelConfig, TrainConfig
+from tf_transformer.model import Transformer
+
+MODEL = ModelConfig(**json.loads(sys.argv[1]))
+saved = np.load(sys.argv[2])
+batches = [tuple(saved[f"{i}_{j}"] for j in range(3)) for i in range(len(saved.files) // 3)]
+
+mirrored = trainer.set_up_runtime(TrainConfig(model_dir="", distribution="mirrored",
+                                              num_cpu_devices=2))
+assert mirrored.num_replicas_in_sync == 2
+
+def run(strategy, batches, steps):
+  with strategy.scope():
+    keras.utils.set_random_seed(0)
+    model = Transformer(**MODEL.__dict__)
+    # plain SGD: Adam's first steps are sign(g)-like and turn rounding of near-zero gradient
+    # entries into lr-sized differences, hiding what this test compares (the gradients)
+    optimizer = keras.optimizers.SGD(0.5)
+    optimizer.build(model.trainable_variables)
+  dataset = tf.data.Dataset.from_tensors(batches[0])
+  for batch in batches[1:]:
+    dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+  iterator = iter(dataset.repeat())
+  step = trainer.make_train_step(model, optimizer, strategy, 0.1)
+  losses = [float(step(iterator)["loss"]) for _ in range(steps)]
+  return [w.numpy() for w in model.weights], losses
+
+single_weights, single_losses = run(tf.distribute.get_strategy(), batches, 3)
+mirrored_weights, mirrored_losses = run(mirrored, batches, 3)
+print(json.dumps({
+    "max_weight_diff": max(float(np.abs(a - b).max())
+                           for a, b in zip(single_weights, mirrored_weights)),
+    "single_losses": single_losses, "mirrored_losses": mirrored_losses}))
+"""
+
+
+def test_mirrored_step_equals_single_device_step(tmp_path):
+  """Two logical CPUs (a separate process: devices are fixed once TensorFlow starts)."""
+  # uneven splits: 3 rows (1 + 2), 1 row (0 + 1: an empty replica), 5 rows of another length
+  batches = [make_batch(1, 3, 7), make_batch(2, 1, 7), make_batch(3, 5, 11)]
+  np.savez(tmp_path / "batches.npz", **{f"{i}_{j}": part for i, batch in enumerate(batches)
+                                        for j, part in enumerate(batch)})
+  result = subprocess.run([sys.executable, "-c", _MIRRORED, json.dumps(MODEL.__dict__),
+                           str(tmp_path / "batches.npz")], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+  assert result.returncode == 0, result.stderr
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report["max_weight_diff"] < 1e-5
+  # the summed loss of each batch does not depend on how its rows split over replicas
+  np.testing.assert_allclose(report["mirrored_losses"], report["single_losses"], rtol=1e-5)
+  assert all(np.isfinite(report["mirrored_losses"]))
