@@ -12,6 +12,7 @@ One untimed pass first, then --repeats timed passes. The last line is one JSON o
 sentences/s and target tokens/s per (path, beam).
 """
 
+import contextlib
 import json
 import os
 import statistics
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
+import op_profile  # noqa: E402
 from tf_transformer import config  # noqa: E402  (defines the model flags)
 
 flags.DEFINE_integer("n_sents", 500, "Sentences decoded per pass.")
@@ -32,6 +34,7 @@ flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"], "What to time.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
+flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
 FLAGS = flags.FLAGS
 
 
@@ -49,10 +52,14 @@ def _subword_model(path, vocab_size, rng):
 def _timed(run_pass):
   run_pass()  # warm-up: every batch shape traced once
   times = []
-  for _ in range(FLAGS.repeats):
-    start = time.perf_counter()
-    run_pass()
-    times.append(time.perf_counter() - start)
+  profile = op_profile.traced(FLAGS.profile_dir) if FLAGS.profile_dir else contextlib.nullcontext()
+  with profile:
+    for _ in range(FLAGS.repeats):
+      start = time.perf_counter()
+      run_pass()
+      times.append(time.perf_counter() - start)
+  if FLAGS.profile_dir:
+    print(op_profile.table(FLAGS.profile_dir), file=sys.stderr)
   return times
 
 

@@ -5,11 +5,14 @@
 Source and target lengths (EOS included) are uniform in [--min_len, --max_len]; pairs go
 through the project's own length bucketing, with --batch_tokens calibrated so that a batch
 holds about --target_tokens real target tokens (as the peer script packs ~4096). Batches are
-cached in memory before the clock starts; W warm-up steps are not timed. The last line is one
-JSON object with at least `tgt_tok_per_s` and `peak_rss_mib`. Compare with
+cached in memory before the clock starts; untimed warm-up: one batch of every shape (each
+compiles once under --jit_compile), then --warmup steps. The training flags that change the
+step apply: --padding_aware_ffn, --mixed_precision, --jit_compile, --update_freq. The last
+line is one JSON object with at least `tgt_tok_per_s` and `peak_rss_mib`. Compare with
 ../shared/bench/peers/torch_train.py run alternately on the same machine.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -23,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
+import op_profile  # noqa: E402
 from tf_transformer import config  # noqa: E402  (defines the model flags)
 
 flags.DEFINE_integer("steps", 10, "Timed steps.")
@@ -31,6 +35,7 @@ flags.DEFINE_integer("target_tokens", 4096, "Real target tokens per batch to aim
 flags.DEFINE_integer("min_len", 5, "Shortest sentence (tokens with EOS).")
 flags.DEFINE_integer("max_len", 40, "Longest sentence (tokens with EOS).")
 flags.DEFINE_integer("repeats", 1, "Measurements, each in a fresh subprocess; prints medians.")
+flags.DEFINE_string("profile_dir", "", "Trace the timed steps there and print time by op type.")
 FLAGS = flags.FLAGS
 
 
@@ -68,10 +73,12 @@ def run_once() -> dict:
 
   train_config = config.TrainConfig(model_dir="", seed=FLAGS.seed,
                                     label_smoothing=FLAGS.label_smoothing,
-                                    warmup_steps=FLAGS.warmup_steps)
+                                    warmup_steps=FLAGS.warmup_steps,
+                                    mixed_precision=FLAGS.mixed_precision,
+                                    jit_compile=FLAGS.jit_compile, update_freq=FLAGS.update_freq)
   strategy = trainer.set_up_runtime(train_config)
   rng = np.random.default_rng(FLAGS.seed)
-  steps = FLAGS.warmup + FLAGS.steps
+  steps = FLAGS.warmup + FLAGS.steps * FLAGS.update_freq
   mean_len = (FLAGS.min_len + FLAGS.max_len) / 2
   pairs = _synthetic_pairs(int((steps + 8) * FLAGS.target_tokens / mean_len * 1.6),
                            FLAGS.vocab_size, rng)
@@ -83,33 +90,46 @@ def run_once() -> dict:
   batches = [b for b in batches if _real_target_tokens(b) > 0.8 * FLAGS.target_tokens][:steps]
   if len(batches) < steps:
     raise SystemExit(f"only {len(batches)} full batches; lower --steps")
+  one_per_shape = list({tuple(b[0].shape): b for b in batches}.values())
+  warm_up = one_per_shape + batches[:FLAGS.warmup]
+  timed = batches[FLAGS.warmup:]
 
   model_config = config.model_config_from_flags(FLAGS.vocab_size, FLAGS.vocab_size)
+  policy = None if FLAGS.mixed_precision == "float32" else FLAGS.mixed_precision
   with strategy.scope():
-    model = Transformer(**dataclasses.asdict(model_config))
+    model = Transformer(**dataclasses.asdict(model_config), dtype=policy)
     optimizer = trainer.make_optimizer(model_config, train_config)
     optimizer.build(model.trainable_variables)
   dataset = tf.data.Dataset.from_generator(
-      lambda: iter(batches), output_signature=(tf.TensorSpec([None, None], tf.int32),) * 3)
+      lambda: iter(warm_up + timed), output_signature=(tf.TensorSpec([None, None], tf.int32),) * 3)
   iterator = iter(dataset)
-  train_step = trainer.make_train_step(model, optimizer, strategy, FLAGS.label_smoothing)
-
-  for _ in range(FLAGS.warmup):
+  train_step = trainer.make_train_step(model, optimizer, strategy, FLAGS.label_smoothing,
+                                       FLAGS.update_freq, FLAGS.jit_compile)
+  update_freq = FLAGS.update_freq
+  for _ in range(len(warm_up) // update_freq):
     train_step(iterator)
-  step_times, tokens, padded = [], 0, 0
-  start = time.perf_counter()
-  for batch in batches[FLAGS.warmup:]:
-    t0 = time.perf_counter()
-    stats = train_step(iterator)
-    loss = float(stats["loss"] / stats["tokens"])
-    step_times.append(time.perf_counter() - t0)
-    tokens += int(stats["tokens"])
-    padded += int(tf.size(batch[2]))
-  elapsed = time.perf_counter() - start
+  for _ in range(len(warm_up) % update_freq):
+    next(iterator)  # the timed steps start on a fresh group of batches
+  step_times, tokens = [], 0
+  padded = sum(int(tf.size(batch[2])) for batch in timed)
+  profile = op_profile.traced(FLAGS.profile_dir) if FLAGS.profile_dir else contextlib.nullcontext()
+  with profile:
+    start = time.perf_counter()
+    for _ in range(FLAGS.steps):
+      t0 = time.perf_counter()
+      stats = train_step(iterator)
+      loss = float(stats["loss"] / stats["tokens"])
+      step_times.append(time.perf_counter() - t0)
+      tokens += int(stats["tokens"])
+    elapsed = time.perf_counter() - start
+  if FLAGS.profile_dir:
+    print(op_profile.table(FLAGS.profile_dir), file=sys.stderr)
   return {
       "framework": "tf_transformer", "tensorflow": tf.__version__,
       "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-      "padding_aware_ffn": FLAGS.padding_aware_ffn, "batch_tokens": batch_tokens,
+      "padding_aware_ffn": FLAGS.padding_aware_ffn, "mixed_precision": FLAGS.mixed_precision,
+      "jit_compile": FLAGS.jit_compile, "update_freq": FLAGS.update_freq,
+      "batch_tokens": batch_tokens,
       "steps": FLAGS.steps, "warmup": FLAGS.warmup, "elapsed_s": elapsed,
       "tgt_tokens": tokens, "tgt_tokens_padded": padded,
       "tgt_tok_per_s": tokens / elapsed, "tgt_tok_per_batch": tokens / FLAGS.steps,

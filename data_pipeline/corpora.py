@@ -97,14 +97,10 @@ def scan_parallel(source_path: str, target_path: str, on_bad_line: str = "error"
   return CorpusScan(num_lines=count, empty_pairs=empty, bad_lines=tuple(bad))
 
 
-def read_parallel(source_path: str, target_path: str, limit: int = 0,
-                  skip_lines=()) -> list[tuple[str, str]]:
-  """The first `limit` (0: all) non-empty pairs, minus the 0-based `skip_lines`.
-
-  For small sets (dev, test); training data streams through tf.data instead.
-  """
+def iterate_parallel(source_path: str, target_path: str,
+                     skip_lines=()) -> Iterator[tuple[str, str]]:
+  """The non-empty (source, target) pairs in order, streamed, minus the 0-based `skip_lines`."""
   skip = set(skip_lines)
-  pairs = []
   for number, (source, target) in enumerate(zip(_open_lines(source_path),
                                                  _open_lines(target_path))):
     if number in skip:
@@ -112,10 +108,17 @@ def read_parallel(source_path: str, target_path: str, limit: int = 0,
     source = _decode(source, source_path, number + 1).strip()
     target = _decode(target, target_path, number + 1).strip()
     if source and target:
-      pairs.append((source, target))
-      if len(pairs) == limit:
-        break
-  return pairs
+      yield source, target
+
+
+def read_parallel(source_path: str, target_path: str, limit: int = 0,
+                  skip_lines=()) -> list[tuple[str, str]]:
+  """The first `limit` (0: all) pairs of `iterate_parallel`, as a list.
+
+  For small sets (dev, test); training data streams through tf.data instead.
+  """
+  pairs = iterate_parallel(source_path, target_path, skip_lines)
+  return list(itertools.islice(pairs, limit or None))
 
 
 def iterate_sentences(paths, skip_lines=()) -> Iterator[str]:

@@ -40,7 +40,8 @@ from absl import flags
 from data_pipeline import wit3
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Output folder (default: data/<dataset>).")
+flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), or "
+                    "of the TFDS dataset data_pipeline.build writes.")
 flags.DEFINE_string("base_url", None, "Overrides the URL the dataset files are fetched from.")
 
 _TIMEOUT_S = 30

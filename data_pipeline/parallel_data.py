@@ -1,7 +1,5 @@
 """A translation task's data: validated corpora, its subword vocabulary and its pipelines."""
 
-import os
-
 from absl import logging
 
 from data_pipeline import corpora, pipeline, tokenizer
@@ -43,21 +41,11 @@ class ParallelData:
     return scan
 
   def _build_vocabulary(self, model_dir):
-    c = self.config
-    source_path, target_path = tokenizer.vocabulary_paths(model_dir, c.shared_vocab, c.src_lang,
-                                                          c.tgt_lang)
-    sides = ([(source_path, self.train_paths)] if c.shared_vocab else
-             [(source_path, self.train_paths[:1]), (target_path, self.train_paths[1:])])
-    for model_path, paths in sides:
-      if os.path.exists(model_path):
-        logging.info("reusing subword model %s", model_path)
-        continue
-      logging.info("training a %s SentencePiece model of %d pieces on %s", c.spm_model_type,
-                   c.vocab_size, " + ".join(paths))
-      tokenizer.train_sentencepiece(
-          corpora.iterate_sentences(paths, self.train_scan.bad_lines), model_path, c.vocab_size,
-          c.spm_model_type, c.spm_input_sentences)
-    return tokenizer.load_vocabulary(source_path, target_path)
+    paths = {"both": self.train_paths, "source": self.train_paths[:1],
+             "target": self.train_paths[1:]}
+    return tokenizer.ensure_vocabulary(
+        model_dir, self.config,
+        lambda side: corpora.iterate_sentences(paths[side], self.train_scan.bad_lines))
 
   def train_pairs(self):
     """tf.data of the training (source, target) strings."""
@@ -92,3 +80,11 @@ class ParallelData:
       return []
     scan = corpora.scan_parallel(*self.test_paths, on_bad_line=self.config.on_bad_line)
     return corpora.read_parallel(*self.test_paths, skip_lines=scan.bad_lines)
+
+
+def open_data(config, model_dir: str):
+  """The task data `config` names: TFDS (--dataset=tfds:NAME) or text files (--data_dir)."""
+  if config.dataset:
+    from data_pipeline.tfds_data import TfdsData
+    return TfdsData(config, model_dir)
+  return ParallelData(config, model_dir)

@@ -8,29 +8,42 @@ from tf_transformer.layers.attention_bias import PAD_ID
 
 AUTOTUNE = tf.data.AUTOTUNE
 _TOKENIZE_BATCH = 256  # tf-text tokenizes a batch of lines per op call much faster than one
+_LINE_BLOCK = 1024  # lines stripped and filtered per call
 
 
 # ---------------------------------------------------------------- raw text
 
 
 def text_pairs(source_path: str, target_path: str, skip_lines=()) -> tf.data.Dataset:
-  """(source line, target line) string pairs of two line-aligned files, without empty pairs.
+  """(source line, target line) string pairs of two line-aligned files, stripped, without
+  empty pairs.
 
   Args:
     skip_lines: 0-based numbers of the pairs to leave out (e.g. non-UTF-8 lines).
   """
   def lines(path):
     compression = "GZIP" if path.endswith(".gz") else ""
-    return tf.data.TextLineDataset(path, compression_type=compression).map(tf.strings.strip)
+    return tf.data.TextLineDataset(path, compression_type=compression)
 
   dataset = tf.data.Dataset.zip(lines(source_path), lines(target_path))
   if skip_lines:
     skip = tf.constant(sorted(skip_lines), tf.int64)
     dataset = dataset.enumerate().filter(
         lambda i, pair: tf.reduce_all(tf.not_equal(skip, i))).map(lambda i, pair: pair)
-  return dataset.filter(
-      lambda source, target: tf.logical_and(tf.strings.length(source) > 0,
-                                            tf.strings.length(target) > 0))
+  return drop_empty_pairs(dataset)
+
+
+def drop_empty_pairs(pairs: tf.data.Dataset) -> tf.data.Dataset:
+  """Strips (source, target) string pairs and drops those with an empty side.
+
+  Works on blocks of lines: a function call per line would cost more than the work itself.
+  """
+  def strip_block(source, target):
+    source, target = tf.strings.strip(source), tf.strings.strip(target)
+    keep = tf.logical_and(tf.strings.length(source) > 0, tf.strings.length(target) > 0)
+    return tf.boolean_mask(source, keep), tf.boolean_mask(target, keep)
+
+  return pairs.batch(_LINE_BLOCK).map(strip_block, num_parallel_calls=AUTOTUNE).unbatch()
 
 
 # ---------------------------------------------------------------- tokenization
@@ -43,28 +56,28 @@ def _as_dense(source_ids, target_ids):
 def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
   """Dataset of string pairs -> (source_ids [S], target_ids [T]) int32 with EOS appended.
 
-  Pairs with a side over `max_length` subword tokens (before EOS) are dropped.
+  Pairs with a side over `max_length` subword tokens (before EOS) are dropped. Tokenizing and
+  dropping work on blocks of pairs: per-pair function calls would cost more than the work.
   """
   eos = tf.constant([[EOS_ID]], tf.int32)
 
-  def tokenize(source, target):
+  def tokenize_block(source, target):
     source_ids = vocabulary.source.tokenize(source)  # -> ragged [n, None]
     target_ids = vocabulary.target.tokenize(target)
-    rows = tf.shape(source)[:1]
+    fits = tf.logical_and(source_ids.row_lengths() <= max_length,
+                          target_ids.row_lengths() <= max_length)
+    source_ids = tf.ragged.boolean_mask(source_ids, fits)
+    target_ids = tf.ragged.boolean_mask(target_ids, fits)
+    rows = tf.shape(source_ids.row_lengths())
     eos_column = tf.RaggedTensor.from_tensor(tf.tile(eos, tf.concat([rows, [1]], 0)))
     return (tf.concat([source_ids, eos_column], axis=1),
             tf.concat([target_ids, eos_column], axis=1))
 
-  def fits(source_ids, target_ids):
-    return tf.logical_and(tf.size(source_ids) <= max_length + 1,
-                          tf.size(target_ids) <= max_length + 1)
-
   def apply(dataset):
     return (dataset.batch(_TOKENIZE_BATCH)
-            .map(tokenize, num_parallel_calls=AUTOTUNE)
+            .map(tokenize_block, num_parallel_calls=AUTOTUNE)
             .unbatch()
-            .map(_as_dense)  # unbatched ragged rows are rank-0 ragged specs; make them tensors
-            .filter(fits))
+            .map(_as_dense))  # unbatched ragged rows are rank-0 ragged specs; make them tensors
 
   return apply
 

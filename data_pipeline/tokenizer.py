@@ -11,6 +11,7 @@ from typing import Iterable
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+from absl import logging
 
 from tf_transformer.layers.attention_bias import PAD_ID
 
@@ -75,3 +76,26 @@ def load_vocabulary(source_model_path: str, target_model_path: str) -> Vocabular
   target = source if target_model_path == source_model_path else load_tokenizer(
       target_model_path)
   return Vocabulary(source_model_path, target_model_path, source, target)
+
+
+def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
+  """The task's subword model(s) in `model_dir`, trained on first use and reused after.
+
+  Args:
+    config: a DataConfig (vocab_size, spm_model_type, shared_vocab, languages).
+    sentences: fn(side) -> iterator of training sentences, side being "both" (one joint model),
+      "source" or "target".
+  """
+  c = config
+  source_path, target_path = vocabulary_paths(model_dir, c.shared_vocab, c.src_lang, c.tgt_lang)
+  sides = ([(source_path, "both")] if c.shared_vocab else
+           [(source_path, "source"), (target_path, "target")])
+  for model_path, side in sides:
+    if os.path.exists(model_path):
+      logging.info("reusing subword model %s", model_path)
+      continue
+    logging.info("training a %s SentencePiece model of %d pieces (%s side)", c.spm_model_type,
+                 c.vocab_size, side)
+    train_sentencepiece(sentences(side), model_path, c.vocab_size, c.spm_model_type,
+                        c.spm_input_sentences)
+  return load_vocabulary(source_path, target_path)

@@ -12,6 +12,11 @@ from tf_transformer.layers.residual import NORM_POSITIONS
 
 # ---------------------------------------------------------------- data
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files {prefix}.{lang}[.gz].")
+flags.DEFINE_string("dataset", "",
+                    "tfds:NAME[/CONFIG]: a TFDS translation dataset (public, e.g. "
+                    "tfds:wmt14_translate/de-en, or built by data_pipeline.build) instead of "
+                    "--data_dir; its train/validation/test splits are used.")
+flags.DEFINE_string("tfds_data_dir", None, "Where TFDS datasets are stored (default: TFDS's).")
 flags.DEFINE_string("src_lang", "en", "Source language suffix of the corpus files.")
 flags.DEFINE_string("tgt_lang", "de", "Target language suffix of the corpus files.")
 flags.DEFINE_string("train_prefix", "train", "Training corpus: {data_dir}/{train_prefix}.{lang}.")
@@ -91,13 +96,26 @@ flags.DEFINE_string("input", None, "Text to translate, one sentence a line (defa
 flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
 flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
 
+# ---------------------------------------------------------------- files of evaluate and build
+flags.DEFINE_string("src", None, "A source-side text file (plain or .gz): the test set of "
+                    "evaluate, the training corpus of data_pipeline.build.")
+flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src (evaluate).")
+flags.DEFINE_string("tgt", None, "The target side of --src (data_pipeline.build).")
+flags.DEFINE_string("dev_src", None, "Dev source file of data_pipeline.build (optional).")
+flags.DEFINE_string("dev_tgt", None, "Dev target file of data_pipeline.build.")
+flags.DEFINE_string("test_src", None, "Test source file of data_pipeline.build (optional).")
+flags.DEFINE_string("test_tgt", None, "Test target file of data_pipeline.build.")
+flags.DEFINE_string("name", None, "Name of the TFDS dataset data_pipeline.build writes.")
+
 FLAGS = flags.FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Where the corpora are and how they become batches."""
-  data_dir: str
+  data_dir: str | None = None
+  dataset: str = ""
+  tfds_data_dir: str | None = None
   src_lang: str = "en"
   tgt_lang: str = "de"
   train_prefix: str = "train"
@@ -177,7 +195,10 @@ def _require(condition: bool, message: str):
 
 
 def data_config_from_flags() -> DataConfig:
-  _require(FLAGS.data_dir, "--data_dir is required (the folder of the corpus files)")
+  _require(FLAGS.data_dir or FLAGS.dataset,
+           "--data_dir is required (the folder of the corpus files), or --dataset=tfds:NAME")
+  _require(not FLAGS.dataset or FLAGS.dataset.startswith("tfds:"),
+           f"--dataset must look like tfds:NAME or tfds:NAME/CONFIG, got {FLAGS.dataset!r}")
   _require(FLAGS.max_length > 0, f"--max_length must be positive, got {FLAGS.max_length}")
   _require(FLAGS.vocab_size >= 16, f"--vocab_size must be at least 16, got {FLAGS.vocab_size}")
   _require(FLAGS.batch_tokens > FLAGS.max_length,

@@ -9,16 +9,14 @@ import json
 import sys
 
 import keras
-from absl import app, flags
+from absl import app
 
 from data_pipeline.corpora import CorpusError, read_parallel, scan_parallel
 from tf_transformer import config, console, evaluation
 from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import load_translate_nbest, translate_texts
 
-flags.DEFINE_string("src", None, "Source side of the test set (plain or .gz).")
-flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src.")
-FLAGS = flags.FLAGS
+FLAGS = config.FLAGS
 
 
 def main(argv):

@@ -9,7 +9,7 @@ import sys
 from absl import app
 
 from data_pipeline.corpora import CorpusError
-from data_pipeline.parallel_data import ParallelData
+from data_pipeline.parallel_data import open_data
 from tf_transformer import config, console, trainer
 from tf_transformer.model_dir import ModelDirError
 
@@ -21,7 +21,7 @@ def main(argv):
     train_config = config.train_config_from_flags()
     decode_config = config.decode_config_from_flags()
     strategy = trainer.set_up_runtime(train_config)
-    data = ParallelData(data_config, train_config.model_dir)
+    data = open_data(data_config, train_config.model_dir)
     model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                    data.vocabulary.target_size)
     results = trainer.Trainer(data, model_config, train_config, decode_config, strategy).train()

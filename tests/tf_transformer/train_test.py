@@ -55,7 +55,8 @@ def test_mismatched_corpus_is_one_line_error(tmp_path):
 def test_missing_flag_is_one_line_error(tmp_path):
   result = run([sys.executable, "-m", "tf_transformer.train", "--flagfile=flags/tiny.cfg",
                 f"--model_dir={tmp_path}"])
-  assert_one_line_error(result, "--data_dir is required (the folder of the corpus files)")
+  assert_one_line_error(result, "--data_dir is required (the folder of the corpus files), or "
+                        "--dataset=tfds:NAME")
 
 
 def test_interrupt_saves_and_rerun_resumes(tmp_path):

@@ -1,0 +1,122 @@
+"""A translation task's data in TFDS format: a public dataset by name (--dataset=tfds:NAME/CONFIG,
+e.g. wmt14_translate/de-en) or one built from local files by `python -m data_pipeline.build`.
+
+Splits: "train" (sharded per worker at the file level), "validation" (dev loss, BLEU and the
+best checkpoint) and "test" (scored after training), each used when the dataset has it.
+"""
+
+import itertools
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from absl import logging
+
+from data_pipeline import pipeline, tokenizer
+from data_pipeline.corpora import CorpusError
+
+PREFIX = "tfds:"
+TRAIN, DEV, TEST = "train", "validation", "test"
+
+
+def prepared_builder(name: str, data_dir: str | None):
+  """The TFDS builder of `name`, its records prepared under `data_dir` (downloaded if needed).
+
+  Raises:
+    CorpusError: unknown dataset, or not prepared and not downloadable (e.g. offline).
+  """
+  where = f"--tfds_data_dir={data_dir}" if data_dir else "the default TFDS folder"
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except Exception as e:  # TFDS raises several types for unknown names and bad folders
+    raise CorpusError(f"{PREFIX}{name}: no such TFDS dataset, registered or built in {where} "
+                      f"({_first_line(e)})") from None
+  if builder.is_prepared():
+    return builder
+  logging.info("%s%s is not in %s: downloading and preparing it (this needs internet access; "
+               "offline, the download retries for a few minutes before failing)", PREFIX, name,
+               where)
+  try:
+    builder.download_and_prepare()
+  except Exception as e:  # network, checksum and disk errors all end the same way for the user
+    raise CorpusError(f"{PREFIX}{name}: not prepared in {where} and cannot be downloaded "
+                      f"and prepared here ({_first_line(e)}); prepare it on a machine with "
+                      "internet access and copy the folder, or pass --tfds_data_dir") from None
+  return builder
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0][:200] if text else type(error).__name__
+
+
+class TfdsData:
+  """ParallelData's interface over a TFDS translation dataset."""
+
+  def __init__(self, config, model_dir: str):
+    """Args: config: a DataConfig with `dataset`; model_dir: where the subword models live."""
+    self.config = config
+    c = config
+    self.name = c.dataset[len(PREFIX):]
+    self.builder = prepared_builder(self.name, c.tfds_data_dir)
+    info = self.builder.info
+    languages = tuple(getattr(info.features, "languages", None) or info.features.keys())
+    missing = [lang for lang in (c.src_lang, c.tgt_lang) if lang not in languages]
+    if missing:
+      raise CorpusError(f"{c.dataset}: no language {', '.join(missing)} (it has "
+                        f"{', '.join(languages)}); set --src_lang and --tgt_lang")
+    if TRAIN not in info.splits:
+      raise CorpusError(f"{c.dataset}: no '{TRAIN}' split (it has {', '.join(info.splits)})")
+    self.splits = set(info.splits)
+    logging.info("%s: %d training pairs; splits %s", c.dataset,
+                 info.splits[TRAIN].num_examples, ", ".join(sorted(self.splits)))
+    self.vocabulary = tokenizer.ensure_vocabulary(model_dir, c, self._sentences)
+
+  def _pairs(self, split, seed: int | None = None):
+    """tf.data of stripped, non-empty (source, target) strings of `split`."""
+    read_config = tfds.ReadConfig(shuffle_seed=seed)
+    dataset = self.builder.as_dataset(split=split, shuffle_files=seed is not None,
+                                      read_config=read_config)
+    src, tgt = self.config.src_lang, self.config.tgt_lang
+    return pipeline.drop_empty_pairs(dataset.map(
+        lambda example: (tf.strings.strip(example[src]), tf.strings.strip(example[tgt]))))
+
+  def _sentences(self, side):
+    """Up to --spm_input_sentences training sentences of `side` per language (records are
+    shuffled when TFDS writes them, so the first ones are a random sample)."""
+    c = self.config
+    pairs = tfds.as_numpy(self._pairs(TRAIN).take(c.spm_input_sentences))
+    for source, target in pairs:
+      if side in ("both", "source"):
+        yield source.decode("utf-8", errors="replace")
+      if side in ("both", "target"):
+        yield target.decode("utf-8", errors="replace")
+
+  def train_pairs(self):
+    return self._pairs(TRAIN)
+
+  def train_batches(self, seed: int, num_shards: int = 1, shard: int = 0):
+    """Endless training batches of this worker's share of the record files."""
+    c = self.config
+    split = TRAIN if num_shards == 1 else tfds.even_splits(TRAIN, n=num_shards)[shard]
+    return pipeline.train_batches(self._pairs(split, seed), self.vocabulary, c.max_length,
+                                  c.batch_tokens, c.shuffle_buffer, seed)
+
+  def dev_batches(self):
+    if DEV not in self.splits:
+      return None
+    c = self.config
+    return pipeline.eval_batches(self._pairs(DEV), self.vocabulary, c.max_length,
+                                 c.batch_tokens)
+
+  def _as_text(self, split, limit: int = 0):
+    if split not in self.splits:
+      return []
+    pairs = tfds.as_numpy(self._pairs(split))
+    return [(s.decode("utf-8"), t.decode("utf-8"))
+            for s, t in itertools.islice(pairs, limit or None)]
+
+  def dev_pairs(self, limit: int = 0):
+    return self._as_text(DEV, limit)
+
+  def test_pairs(self):
+    return self._as_text(TEST)
