@@ -1,11 +1,13 @@
-"""Runs two benchmark commands alternately (A, B, A, B, ...) and reports the ratio of medians.
+"""Runs benchmark commands alternately, round after round, and reports ratios of medians.
 
     python bench/alternate.py --rounds 3 --metric tgt_tok_per_s \\
         --a ".venv/bin/python bench/train_speed.py --flagfile=flags/small.cfg" \\
+        --a ".venv/bin/python bench/train_speed.py --flagfile=flags/small.cfg --nopadding_aware_ffn" \\
         --b "/tmp/peerenv/bin/python ../shared/bench/peers/torch_train.py --batching bucketed --json"
 
-Each command must end its output with one JSON line holding --metric (and, if present,
-peak_rss_mib). On a shared, noisy machine only such back-to-back ratios mean much.
+Each round runs every --a command (ours; one or more), then --b (the peer). Each command must
+end its output with one JSON line holding --metric (and, if present, peak_rss_mib). On a
+shared, noisy machine only such back-to-back ratios mean much.
 """
 
 import argparse
@@ -28,29 +30,32 @@ def last_json(output: str) -> dict:
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--a", required=True, help="our command")
+  parser.add_argument("--a", required=True, action="append", help="our command (repeatable)")
   parser.add_argument("--b", required=True, help="the peer's command")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--metric", default="tgt_tok_per_s")
   args = parser.parse_args()
-  values = {"a": [], "b": []}
-  rss = {"a": [], "b": []}
+  commands = args.a + [args.b]
+  values = {command: [] for command in commands}
+  rss = {command: [] for command in commands}
   for round_ in range(args.rounds):
-    for side in ("a", "b"):
-      result = subprocess.run(shlex.split(getattr(args, side)), capture_output=True, text=True)
+    for command in commands:
+      result = subprocess.run(shlex.split(command), capture_output=True, text=True)
       if result.returncode:
-        raise SystemExit(f"{side} failed:\n{result.stderr[-2000:]}")
+        raise SystemExit(f"{command} failed:\n{result.stderr[-2000:]}")
       report = last_json(result.stdout)
-      values[side].append(report[args.metric])
-      rss[side].append(report.get("peak_rss_mib"))
-      print(f"round {round_ + 1} {side}: {args.metric} {report[args.metric]:.1f}, "
-            f"peak RSS {report.get('peak_rss_mib') or float('nan'):.0f} MiB", flush=True)
-  medians = {side: statistics.median(v) for side, v in values.items()}
-  summary = {"metric": args.metric, "a": values["a"], "b": values["b"],
-             "median_a": medians["a"], "median_b": medians["b"],
-             "ratio_a_over_b": medians["a"] / medians["b"],
-             "peak_rss_mib_a": max((r for r in rss["a"] if r), default=None),
-             "peak_rss_mib_b": max((r for r in rss["b"] if r), default=None)}
+      values[command].append(report[args.metric])
+      rss[command].append(report.get("peak_rss_mib"))
+      print(f"round {round_ + 1}: {args.metric} {report[args.metric]:.1f}, peak RSS "
+            f"{report.get('peak_rss_mib') or float('nan'):.0f} MiB  <- {command}", flush=True)
+  peer = statistics.median(values[args.b])
+  summary = {"metric": args.metric, "peer": args.b, "peer_values": values[args.b],
+             "peer_median": peer,
+             "ours": [{"command": command, "values": values[command],
+                       "median": statistics.median(values[command]),
+                       "ratio_over_peer": statistics.median(values[command]) / peer,
+                       "peak_rss_mib": max((r for r in rss[command] if r), default=None)}
+                      for command in args.a]}
   print(json.dumps(summary))
 
 
