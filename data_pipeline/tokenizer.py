@@ -7,6 +7,7 @@ The same .model file serves the training pipeline and the exported SavedModel, w
 import dataclasses
 import os
 import tempfile
+import time
 from typing import Iterable
 
 import tensorflow as tf
@@ -99,3 +100,21 @@ def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
     train_sentencepiece(sentences(side), model_path, c.vocab_size, c.spm_model_type,
                         c.spm_input_sentences)
   return load_vocabulary(source_path, target_path)
+
+
+def wait_for_vocabulary(model_dir: str, config, timeout_s: float = 3600.0,
+                        poll_s: float = 2.0) -> None:
+  """Waits until the chief worker has written the subword model(s) into `model_dir`, so that
+  every worker of a multi-worker run uses the very same vocabulary.
+
+  Raises:
+    TimeoutError: they did not appear within `timeout_s`.
+  """
+  c = config
+  paths = set(vocabulary_paths(model_dir, c.shared_vocab, c.src_lang, c.tgt_lang))
+  deadline = time.monotonic() + timeout_s
+  while not all(os.path.exists(path) for path in paths):
+    if time.monotonic() > deadline:
+      raise TimeoutError(f"{model_dir}: the chief worker wrote no subword model in "
+                         f"{timeout_s:.0f} s ({', '.join(sorted(paths))})")
+    time.sleep(poll_s)

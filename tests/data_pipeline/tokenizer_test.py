@@ -158,3 +158,15 @@ def test_load_vocabulary_unshared(tmp_path):
   # Each side knows only its own language.
   assert tokenizer.UNK_ID not in vocab.target.tokenize(tf.constant("私は学生です")).numpy()
   assert tokenizer.UNK_ID in vocab.source.tokenize(tf.constant("私は学生です")).numpy()
+
+
+def test_wait_for_vocabulary_returns_once_the_chief_wrote_it_and_times_out_otherwise(tmp_path):
+  from tf_transformer.config import DataConfig
+  config = DataConfig(shared_vocab=False, src_lang="en", tgt_lang="de")
+  with pytest.raises(TimeoutError, match="the chief worker wrote no subword model"):
+    tokenizer.wait_for_vocabulary(str(tmp_path), config, timeout_s=0.2, poll_s=0.05)
+  (tmp_path / "spm.en.model").write_bytes(b"x")
+  with pytest.raises(TimeoutError):  # both sides are needed
+    tokenizer.wait_for_vocabulary(str(tmp_path), config, timeout_s=0.2, poll_s=0.05)
+  (tmp_path / "spm.de.model").write_bytes(b"x")
+  tokenizer.wait_for_vocabulary(str(tmp_path), config, timeout_s=0.2, poll_s=0.05)
