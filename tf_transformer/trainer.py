@@ -93,6 +93,14 @@ def _replica_slice(batch, local_replicas: int):
   return [tensor[start:end] for tensor in batch]
 
 
+def _scaled(gradient, scale):
+  """gradient * scale, keeping an embedding's IndexedSlices sparse."""
+  if isinstance(gradient, tf.IndexedSlices):
+    return tf.IndexedSlices(gradient.values * tf.cast(scale, gradient.values.dtype),
+                            gradient.indices, gradient.dense_shape)
+  return gradient * tf.cast(scale, gradient.dtype)
+
+
 def make_train_step(model, optimizer, strategy, label_smoothing: float, update_freq: int = 1,
                     jit_compile: bool = False):
   """The compiled training step: `update_freq` batches per worker, one optimizer update.
@@ -125,8 +133,7 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
   def apply(gradients, local_tokens):
     tokens = tf.distribute.get_replica_context().all_reduce("sum", local_tokens)
     scale = 1.0 / tf.maximum(tokens, 1.0)
-    optimizer.apply_gradients([(tf.convert_to_tensor(g) * tf.cast(scale, g.dtype), v)
-                               for g, v in zip(gradients, variables)])
+    optimizer.apply_gradients([(_scaled(g, scale), v) for g, v in zip(gradients, variables)])
 
   def shape_of(batch):
     return tf.stack([tf.shape(batch[0])[0], tf.shape(batch[0])[1]])
