@@ -61,3 +61,38 @@ def test_token_statistics(eps):
   assert float(stats["tokens"]) == 7.0
   for value in stats.values():
     assert value.dtype == tf.float32 and value.shape == ()
+
+
+def _reference_gradient(logits, labels, eps, d_loss, d_nll):
+  """d (sum d_loss * loss + sum d_nll * nll) / d logits, in float64."""
+  num_classes = logits.shape[-1]
+  probs = np.exp(_log_softmax(logits))
+  onehot = np.eye(num_classes)[labels]
+  q = (1.0 - eps) * onehot + eps / num_classes
+  return d_loss[:, None] * (probs - q) + d_nll[:, None] * (probs - onehot)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_hand_written_gradient_matches_float64_reference(eps, mode):
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=(6, 9)) * 3.0
+  labels = rng.integers(0, 9, size=6).astype(np.int32)
+  d_loss, d_nll = rng.uniform(0.1, 2.0, size=6), rng.uniform(-1.0, 1.0, size=6)
+
+  def gradients(x):
+    with tf.GradientTape(persistent=True) as tape:
+      tape.watch(x)
+      loss, nll = losses.label_smoothed_cross_entropy(x, tf.constant(labels), eps)
+      both = tf.reduce_sum(loss * d_loss.astype(np.float32)) + tf.reduce_sum(
+          nll * d_nll.astype(np.float32))
+      loss_only = tf.reduce_sum(loss * d_loss.astype(np.float32))
+    return tape.gradient(both, x), tape.gradient(loss_only, x)
+
+  if mode != "eager":
+    gradients = tf.function(gradients, jit_compile=mode == "xla")
+  both, loss_only = gradients(tf.constant(logits, tf.float32))
+  np.testing.assert_allclose(both.numpy(), _reference_gradient(logits, labels, eps, d_loss,
+                                                               d_nll), atol=1e-6)
+  np.testing.assert_allclose(loss_only.numpy(), _reference_gradient(
+      logits, labels, eps, d_loss, np.zeros(6)), atol=1e-6)
