@@ -67,12 +67,12 @@ def main(argv):
   import numpy as np
   import tensorflow as tf
 
-  from data_pipeline.tokenizer import EOS_ID
-  from tf_transformer import decoding, trainer
+  from data_pipeline.token_ids import EOS_ID
+  from tf_transformer import decoding, runtime
   from tf_transformer.model import Transformer
   from tf_transformer.translator import Translator
 
-  strategy = trainer.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
+  strategy = runtime.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
   del strategy
   rng = np.random.default_rng(FLAGS.seed)
   os.makedirs(FLAGS.workdir, exist_ok=True)
@@ -102,7 +102,7 @@ def main(argv):
         results.append((path, beam, times))
     if "saved_model" in FLAGS.paths:
       module = Translator(model, vocabulary, beam_size=beam, nbest=1,
-                          max_source_length=FLAGS.max_length, min_decode_length=length,
+                          max_length=FLAGS.max_length, min_decode_length=length,
                           max_decode_length=length)
       export_dir = os.path.join(FLAGS.workdir, f"export_beam{beam}")
       tf.saved_model.save(module, export_dir, signatures=module.signatures())

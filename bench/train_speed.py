@@ -13,7 +13,6 @@ line is one JSON object with at least `tgt_tok_per_s` and `peak_rss_mib`. Compar
 """
 
 import contextlib
-import dataclasses
 import json
 import os
 import resource
@@ -42,7 +41,7 @@ FLAGS = flags.FLAGS
 def _synthetic_pairs(num_pairs, vocab_size, rng):
   import numpy as np
   import tensorflow as tf
-  from data_pipeline.tokenizer import EOS_ID
+  from data_pipeline.token_ids import EOS_ID
 
   def side():
     lengths = rng.integers(FLAGS.min_len, FLAGS.max_len + 1, num_pairs)
@@ -68,15 +67,15 @@ def run_once() -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from tf_transformer import trainer
-  from tf_transformer.model import Transformer
+  from tf_transformer import runtime, trainer
+  from tf_transformer.train_step import make_train_step
 
   train_config = config.TrainConfig(model_dir="", seed=FLAGS.seed,
                                     label_smoothing=FLAGS.label_smoothing,
                                     warmup_steps=FLAGS.warmup_steps,
                                     mixed_precision=FLAGS.mixed_precision,
                                     jit_compile=FLAGS.jit_compile, update_freq=FLAGS.update_freq)
-  strategy = trainer.set_up_runtime(train_config)
+  strategy = runtime.set_up_runtime(train_config)
   rng = np.random.default_rng(FLAGS.seed)
   steps = FLAGS.warmup + FLAGS.steps * FLAGS.update_freq
   mean_len = (FLAGS.min_len + FLAGS.max_len) / 2
@@ -95,16 +94,12 @@ def run_once() -> dict:
   timed = batches[FLAGS.warmup:]
 
   model_config = config.model_config_from_flags(FLAGS.vocab_size, FLAGS.vocab_size)
-  policy = None if FLAGS.mixed_precision == "float32" else FLAGS.mixed_precision
-  with strategy.scope():
-    model = Transformer(**dataclasses.asdict(model_config), dtype=policy)
-    optimizer = trainer.make_optimizer(model_config, train_config)
-    optimizer.build(model.trainable_variables)
+  model, optimizer = trainer.create_model(model_config, train_config, strategy)
   dataset = tf.data.Dataset.from_generator(
       lambda: iter(warm_up + timed), output_signature=(tf.TensorSpec([None, None], tf.int32),) * 3)
   iterator = iter(dataset)
-  train_step = trainer.make_train_step(model, optimizer, strategy, FLAGS.label_smoothing,
-                                       FLAGS.update_freq, FLAGS.jit_compile)
+  train_step = make_train_step(model, optimizer, strategy, FLAGS.label_smoothing,
+                               FLAGS.update_freq, FLAGS.jit_compile)
   update_freq = FLAGS.update_freq
   for _ in range(len(warm_up) // update_freq):
     train_step(iterator)

@@ -13,7 +13,7 @@ import math
 
 import tensorflow as tf
 
-from tf_transformer.layers.attention_bias import PAD_ID
+from data_pipeline.token_ids import PAD_ID
 
 
 def bucket_boundaries(max_length: int, min_boundary: int = 8, growth: float = 0.1) -> list[int]:

@@ -3,8 +3,8 @@
 import tensorflow as tf
 
 from data_pipeline import bucketing
-from data_pipeline.tokenizer import BOS_ID, EOS_ID, Vocabulary
-from tf_transformer.layers.attention_bias import PAD_ID
+from data_pipeline.token_ids import EOS_ID, decoder_inputs
+from data_pipeline.tokenizer import Vocabulary
 
 AUTOTUNE = tf.data.AUTOTUNE
 _TOKENIZE_BATCH = 256  # tf-text tokenizes a batch of lines per op call much faster than one
@@ -86,15 +86,9 @@ def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
 
 
 def add_decoder_inputs(source_ids, target_ids):
-  """(source [B, L], target [B, L]) -> (source, target_input, target).
-
-  The decoder reads the target shifted right behind BOS, so position t predicts token t from
-  tokens < t; input positions whose label is padding are padding too.
-  """
-  batch = tf.shape(target_ids)[0]
-  shifted = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
-  target_input_ids = tf.where(tf.equal(target_ids, PAD_ID), PAD_ID, shifted)
-  return source_ids, target_input_ids, target_ids
+  """(source [B, L], target [B, L]) -> (source, target_input, target); see
+  token_ids.decoder_inputs."""
+  return source_ids, decoder_inputs(target_ids), target_ids
 
 
 def train_batches(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int,

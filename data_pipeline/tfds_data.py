@@ -1,5 +1,6 @@
 """A translation task's data in TFDS format: a public dataset by name (--dataset=tfds:NAME/CONFIG,
-e.g. wmt14_translate/de-en) or one built from local files by `python -m data_pipeline.build`.
+e.g. wmt14_translate/de-en), or one built from local files by `build_dataset`
+(`python -m tf_transformer.build_dataset`).
 
 Splits: "train" (sharded per worker at the file level), "validation" (dev loss, BLEU and the
 best checkpoint) and "test" (scored after training), each used when the dataset has it.
@@ -11,11 +12,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 
-from data_pipeline import pipeline, tokenizer
+from data_pipeline import corpora, pipeline, tokenizer
 from data_pipeline.corpora import CorpusError
 
 PREFIX = "tfds:"
 TRAIN, DEV, TEST = "train", "validation", "test"
+_BUILD_VERSION = "1.0.0"
 
 
 def prepared_builder(name: str, data_dir: str | None):
@@ -120,3 +122,37 @@ class TfdsData:
 
   def test_pairs(self):
     return self._as_text(TEST)
+
+
+def build_dataset(splits: dict, name: str, out: str, src_lang: str, tgt_lang: str,
+                  on_bad_line: str = "error"):
+  """Writes `splits` ({split: (source path, target path)}) as TFDS dataset `name` in `out`.
+
+  Splits train, validation and test, one Translation feature keyed by language (the layout of
+  TFDS's public translation datasets). The files are validated first (line counts, UTF-8),
+  streamed pair by pair, and written as shuffled, sharded TFRecord files.
+
+  Raises:
+    CorpusError: the languages are the same, or a file is missing, empty, not line-aligned or
+      (with on_bad_line="error") not UTF-8.
+  """
+  if src_lang == tgt_lang:
+    raise corpora.CorpusError(f"--src_lang and --tgt_lang must differ, both are {src_lang!r}")
+  scans = {split: corpora.scan_parallel(*paths, on_bad_line=on_bad_line)
+           for split, paths in splits.items()}
+
+  def examples(split):
+    pairs = corpora.iterate_parallel(*splits[split], skip_lines=scans[split].bad_lines)
+    for number, (source, target) in enumerate(pairs):
+      yield number, {src_lang: source, tgt_lang: target}
+
+  for split, scan in scans.items():
+    logging.info("%s: %d lines; %d empty pairs dropped; %d non-UTF-8 pairs skipped", split,
+                 scan.num_lines, scan.empty_pairs, len(scan.bad_lines))
+  builder = tfds.dataset_builders.store_as_tfds_dataset(
+      name=name, version=_BUILD_VERSION, data_dir=out,
+      features=tfds.features.Translation(languages=[src_lang, tgt_lang]),
+      split_datasets={split: examples(split) for split in splits},
+      description=f"{src_lang}-{tgt_lang} parallel text from " + ", ".join(
+          f"{split}: {' + '.join(paths)}" for split, paths in splits.items()))
+  return builder

@@ -14,9 +14,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
 
-from tf_transformer.layers.attention_bias import PAD_ID
-
-UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
+from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: int,

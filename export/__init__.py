@@ -1,3 +1,3 @@
 """SavedModel export for TF Serving: string in, string out."""
 
-import tf_transformer  # noqa: F401  (sets TensorFlow's environment before TensorFlow loads)
+import data_pipeline  # noqa: F401  (sets TensorFlow's environment before TensorFlow loads)

@@ -2,21 +2,21 @@
 `python -m export.saved_model --flagfile=flags/<preset>.cfg --export_dir=exports/<name>`.
 
 Writes `exports/<name>/<version>/` (version = the checkpoint step, or the next free number)
-with the signatures serving_default, translate_nbest and score. Kept short on purpose.
+with the signatures serving_default, translate_nbest, score and align, and TF Serving warm-up
+requests.
 """
 
 import dataclasses
 import sys
 
-from absl import app, flags
+from absl import app
 
 from export import serving
 from tf_transformer import config, console
-from tf_transformer.translator import Translator
 from tf_transformer.model_dir import ModelDirError, load_for_inference
+from tf_transformer.translator import Translator
 
-flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
-FLAGS = flags.FLAGS
+FLAGS = config.FLAGS
 
 
 def main(argv):

@@ -1,17 +1,14 @@
-"""Fixtures shared by the tests of the command-line tools."""
-
-import os
+"""Fixtures shared by several test files."""
 
 import keras
 import pytest
 import tensorflow as tf
 
 from data_pipeline import tokenizer
+from tests import testutil
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import ModelConfig
 from tf_transformer.model import Transformer
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +26,12 @@ def tiny_model_dir(tmp_path_factory):
   model = Transformer(**config.__dict__)
   tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
   return folder
+
+
+@pytest.fixture(scope="session")
+def vocabulary(tmp_path_factory):
+  """A joint SentencePiece vocabulary of 100 pieces over testutil.sentence_pairs."""
+  path = str(tmp_path_factory.mktemp("vocab") / "spm.joint.model")
+  sentences = [s for pair in testutil.sentence_pairs(300, seed=1) for s in pair]
+  tokenizer.train_sentencepiece(sentences, path, vocab_size=100)
+  return tokenizer.load_vocabulary(path, path)

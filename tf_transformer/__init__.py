@@ -1,9 +1,3 @@
 """tf-transformer: the Transformer of "Attention Is All You Need" for machine translation."""
 
-import os
-
-# TensorFlow's C++ INFO/WARNING lines drown the progress bar; errors still show.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# TF's default CPU allocator hands large buffers back to the kernel, which zeroes fresh pages
-# on every step (a third of a CPU step's time); its BFC allocator keeps and reuses them.
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+import data_pipeline  # noqa: F401  (sets TensorFlow's environment before TensorFlow loads)

@@ -5,7 +5,9 @@ Sizes: B batch, K beam size, V vocabulary, L max_decode_length. Greedy search is
 
 import tensorflow as tf
 
-_NEG_INF = -1e9  # finite: -inf * 0 is NaN when a masked score meets a zero length penalty
+from tf_transformer.layers.attention_bias import large_negative
+
+_NEG_INF = large_negative(tf.float32)  # finite: -inf * 0 is NaN when a masked score meets a zero penalty
 
 
 def length_penalty(length, alpha: float):

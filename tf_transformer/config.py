@@ -1,20 +1,19 @@
 """Every command-line flag, grouped by concern, and the frozen configs built from them.
 
 Library code never reads FLAGS: the CLIs call `from_flags()` once and pass the configs down.
-All CLIs import this module, so one flagfile serves training, translation and export.
+All CLIs import this module, so one flagfile serves training, translation and export. It
+imports no TensorFlow, so a CLI that needs none (the download) starts at once.
 """
 
 import dataclasses
 
 from absl import flags
 
-from tf_transformer.layers.residual import NORM_POSITIONS
-
 # ---------------------------------------------------------------- data
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files {prefix}.{lang}[.gz].")
 flags.DEFINE_string("dataset", "",
                     "tfds:NAME[/CONFIG]: a TFDS translation dataset (public, e.g. "
-                    "tfds:wmt14_translate/de-en, or built by data_pipeline.build) instead of "
+                    "tfds:wmt14_translate/de-en, or built by tf_transformer.build_dataset) instead of "
                     "--data_dir; its train/validation/test splits are used.")
 flags.DEFINE_string("tfds_data_dir", None, "Where TFDS datasets are stored (default: TFDS's).")
 flags.DEFINE_string("src_lang", "en", "Source language suffix of the corpus files.")
@@ -40,10 +39,10 @@ flags.DEFINE_integer("num_layers", 6, "Encoder and decoder layers (each).")
 flags.DEFINE_integer("d_model", 512, "Model width.")
 flags.DEFINE_integer("num_heads", 8, "Attention heads.")
 flags.DEFINE_integer("d_ff", 2048, "Inner width of the feed-forward layers.")
-flags.DEFINE_float("dropout", 0.1, "Residual and embedding dropout.")
-flags.DEFINE_float("attention_dropout", 0.1, "Dropout on attention weights.")
-flags.DEFINE_float("relu_dropout", 0.1, "Dropout after the feed-forward ReLU.")
-flags.DEFINE_enum("norm_position", "post", list(NORM_POSITIONS),
+flags.DEFINE_float("dropout_rate", 0.1, "Residual and embedding dropout.")
+flags.DEFINE_float("attention_dropout_rate", 0.1, "Dropout on attention weights.")
+flags.DEFINE_float("relu_dropout_rate", 0.1, "Dropout after the feed-forward ReLU.")
+flags.DEFINE_enum("norm_position", "post", ["post", "pre"],  # layers.residual.NORM_POSITIONS
                   "post: the paper's LayerNorm(x + F(x)); pre: x + F(LayerNorm(x)).")
 flags.DEFINE_bool("padding_aware_ffn", True, "Skip padded positions in the feed-forward layers.")
 
@@ -51,7 +50,8 @@ flags.DEFINE_bool("padding_aware_ffn", True, "Skip padded positions in the feed-
 flags.DEFINE_string("model_dir", None, "Checkpoints, vocabulary, TensorBoard logs.")
 flags.DEFINE_integer("train_steps", 100_000, "Optimizer steps in total (resumes count).")
 flags.DEFINE_integer("warmup_steps", 4000, "Noam schedule warm-up steps.")
-flags.DEFINE_float("learning_rate", 1.0, "Scale factor of the Noam schedule.")
+flags.DEFINE_float("learning_rate", 1.0, "Multiplier of the Noam schedule (its peak is "
+                   "learning_rate * (d_model * warmup_steps)^-0.5).")
 flags.DEFINE_float("label_smoothing", 0.1, "Label smoothing epsilon.")
 flags.DEFINE_float("clip_norm", 0.0, "Clip gradients to this global norm (0: off).")
 flags.DEFINE_integer("eval_every", 1000, "Steps between dev evaluations.")
@@ -96,16 +96,21 @@ flags.DEFINE_string("input", None, "Text to translate, one sentence a line (defa
 flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
 flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
 
-# ---------------------------------------------------------------- files of evaluate and build
+# ---------------------------------------------------------------- files of the other CLIs
+flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path "
+                    "(export.saved_model).")
+flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), or "
+                    "of the TFDS dataset tf_transformer.build_dataset writes.")
+flags.DEFINE_string("base_url", None, "Overrides the URL the dataset files are fetched from.")
 flags.DEFINE_string("src", None, "A source-side text file (plain or .gz): the test set of "
-                    "evaluate, the training corpus of data_pipeline.build.")
+                    "evaluate, the training corpus of tf_transformer.build_dataset.")
 flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src (evaluate).")
-flags.DEFINE_string("tgt", None, "The target side of --src (data_pipeline.build).")
-flags.DEFINE_string("dev_src", None, "Dev source file of data_pipeline.build (optional).")
-flags.DEFINE_string("dev_tgt", None, "Dev target file of data_pipeline.build.")
-flags.DEFINE_string("test_src", None, "Test source file of data_pipeline.build (optional).")
-flags.DEFINE_string("test_tgt", None, "Test target file of data_pipeline.build.")
-flags.DEFINE_string("name", None, "Name of the TFDS dataset data_pipeline.build writes.")
+flags.DEFINE_string("tgt", None, "The target side of --src (tf_transformer.build_dataset).")
+flags.DEFINE_string("dev_src", None, "Dev source file of tf_transformer.build_dataset (optional).")
+flags.DEFINE_string("dev_tgt", None, "Dev target file of tf_transformer.build_dataset.")
+flags.DEFINE_string("test_src", None, "Test source file of tf_transformer.build_dataset (optional).")
+flags.DEFINE_string("test_tgt", None, "Test target file of tf_transformer.build_dataset.")
+flags.DEFINE_string("name", None, "Name of the TFDS dataset tf_transformer.build_dataset writes.")
 
 FLAGS = flags.FLAGS
 
@@ -136,7 +141,7 @@ class ModelConfig:
   """Architecture; the field names are the Transformer's constructor arguments."""
   source_vocab_size: int
   target_vocab_size: int
-  shared_embeddings: bool = True
+  shared_vocab: bool = True
   num_layers: int = 6
   d_model: int = 512
   num_heads: int = 8
@@ -180,7 +185,7 @@ class DecodeConfig:
   beam_size: int = 4
   alpha: float = 0.6
   nbest: int = 1
-  max_source_length: int = 100
+  max_length: int = 100
   extra_decode_length: int = 50
   decode_jit: bool = False
 
@@ -194,6 +199,12 @@ def _require(condition: bool, message: str):
     raise FlagError(message)
 
 
+def _from_flags(config_class, **values):
+  """A `config_class` whose fields missing from `values` take the flags of the same name."""
+  names = [f.name for f in dataclasses.fields(config_class) if f.name not in values]
+  return config_class(**{name: FLAGS[name].value for name in names}, **values)
+
+
 def data_config_from_flags() -> DataConfig:
   _require(FLAGS.data_dir or FLAGS.dataset,
            "--data_dir is required (the folder of the corpus files), or --dataset=tfds:NAME")
@@ -203,22 +214,17 @@ def data_config_from_flags() -> DataConfig:
   _require(FLAGS.vocab_size >= 16, f"--vocab_size must be at least 16, got {FLAGS.vocab_size}")
   _require(FLAGS.batch_tokens > FLAGS.max_length,
            f"--batch_tokens ({FLAGS.batch_tokens}) must exceed --max_length ({FLAGS.max_length})")
-  names = [f.name for f in dataclasses.fields(DataConfig)]
-  return DataConfig(**{name: FLAGS[name].value for name in names})
+  return _from_flags(DataConfig)
 
 
 def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> ModelConfig:
   _require(FLAGS.d_model % FLAGS.num_heads == 0,
            f"--d_model ({FLAGS.d_model}) must be divisible by --num_heads ({FLAGS.num_heads})")
   _require(FLAGS.d_model % 2 == 0, f"--d_model must be even, got {FLAGS.d_model}")
-  for name in ("dropout", "attention_dropout", "relu_dropout"):
+  for name in ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"):
     _require(0.0 <= FLAGS[name].value < 1.0, f"--{name} must be in [0, 1)")
-  return ModelConfig(
-      source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
-      shared_embeddings=FLAGS.shared_vocab, num_layers=FLAGS.num_layers, d_model=FLAGS.d_model,
-      num_heads=FLAGS.num_heads, d_ff=FLAGS.d_ff, dropout_rate=FLAGS.dropout,
-      attention_dropout_rate=FLAGS.attention_dropout, relu_dropout_rate=FLAGS.relu_dropout,
-      norm_position=FLAGS.norm_position, padding_aware_ffn=FLAGS.padding_aware_ffn)
+  return _from_flags(ModelConfig, source_vocab_size=source_vocab_size,
+                     target_vocab_size=target_vocab_size)
 
 
 def train_config_from_flags() -> TrainConfig:
@@ -231,8 +237,7 @@ def train_config_from_flags() -> TrainConfig:
   _require(not (static_shapes and FLAGS.padding_aware_ffn),
            "--jit_compile and --distribution=tpu need --nopadding_aware_ffn (its gather of the "
            "real tokens has a data-dependent shape that XLA cannot compile)")
-  names = [f.name for f in dataclasses.fields(TrainConfig)]
-  return TrainConfig(**{name: FLAGS[name].value for name in names})
+  return _from_flags(TrainConfig)
 
 
 def decode_config_from_flags() -> DecodeConfig:
@@ -241,6 +246,4 @@ def decode_config_from_flags() -> DecodeConfig:
   _require(1 <= FLAGS.nbest <= FLAGS.beam_size,
            f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
   _require(FLAGS.extra_decode_length >= 1, "--extra_decode_length must be positive")
-  return DecodeConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha, nbest=FLAGS.nbest,
-                      max_source_length=FLAGS.max_length,
-                      extra_decode_length=FLAGS.extra_decode_length, decode_jit=FLAGS.decode_jit)
+  return _from_flags(DecodeConfig)

@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from data_pipeline.tokenizer import BOS_ID, EOS_ID
+from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, decoder_inputs
 from tf_transformer import beam_search
-from tf_transformer.layers.attention_bias import PAD_ID, large_negative
+from tf_transformer.layers.attention_bias import large_negative
 
 
 def never_generated_bias(vocab_size: int):
@@ -14,8 +14,7 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0, max_decode_length=None,
-           return_attention: bool = False):
+           extra_decode_length: int = 50, min_length=0, max_decode_length=None):
   """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
 
   Args:
@@ -27,13 +26,10 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     min_length: no EOS before this many tokens.
     max_decode_length: if given, the fixed maximum instead of source_length + extra (with
       min_length equal to it, every sentence gets exactly that many decoder steps).
-    return_attention: also return the cross-attention weights behind the best hypothesis
-      (see `_attention`); computed after the search, so they cost nothing when not asked for.
 
   Returns:
     ids: int32 [batch, beam_size, max_decode_length], best first, EOS then zeros.
     scores: float32 [batch, beam_size], length-normalized log-probabilities.
-    attention (with `return_attention`): float32 [batch, max_decode_length, source_length].
   """
   if max_decode_length is None:
     max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
@@ -50,26 +46,27 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
   ids, scores = beam_search.beam_search(
       symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],
       beam_size, alpha, max_decode_length, EOS_ID, min_length)
-  if not return_attention:
-    return ids, scores
-  return ids, scores, _attention(model, memory, cross_bias, ids[:, 0])
+  return ids, scores
 
 
-def _decoder_inputs(target_ids):
-  """int32 [batch, length] EOS-terminated, PAD-padded targets -> the decoder's input ids:
-  BOS then the target shifted right, PAD wherever the target is PAD."""
-  batch = tf.shape(target_ids)[0]
-  shifted = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
-  return tf.where(tf.not_equal(target_ids, PAD_ID), shifted, PAD_ID)
+def attention(model, source_ids, target_ids):
+  """The cross-attention weights behind a translation, e.g. `decode`'s best hypothesis.
 
+  One teacher-forced pass over `target_ids`, which gives what the cached search computed
+  (cached decoding equals full decoding), so the search itself pays nothing for them.
 
-def _attention(model, memory, cross_bias, target_ids):
-  """Cross-attention weights of the last decoder layer, averaged over heads, while the model
-  predicts each token of `target_ids` [batch, T]: float32 [batch, T, source_length], rows of the
-  real target tokens summing to 1 over the real source tokens, zeros elsewhere. One teacher-
-  forced pass equals what the cached search computed (cached decoding = full decoding)."""
-  _, weights = model.decode(_decoder_inputs(target_ids), memory, cross_bias, training=False,
-                            return_attention=True)
+  Args:
+    model: a Transformer.
+    source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
+    target_ids: int32 [batch, T], EOS then PAD_IDs (`decode`'s ids[:, 0]).
+
+  Returns:
+    float32 [batch, T, source_length]: the last decoder layer's weights averaged over heads,
+    while the model predicts each target token; rows of real target tokens sum to 1 over the
+    real source tokens, the other rows are zeros.
+  """
+  memory, cross_bias = model.encode(source_ids, training=False)
+  weights = model.cross_attention_weights(decoder_inputs(target_ids), memory, cross_bias)
   return tf.where(tf.not_equal(target_ids, PAD_ID)[:, :, tf.newaxis], weights, 0.0)
 
 
@@ -96,7 +93,7 @@ def score(model, source_ids, target_ids, alpha: float = 0.0):
     BOS excluded from the distribution, as in `decode`), over the length penalty.
   """
   real = tf.not_equal(target_ids, PAD_ID)
-  logits = model((source_ids, _decoder_inputs(target_ids)), training=False)
+  logits = model((source_ids, decoder_inputs(target_ids)), training=False)
   log_probs = tf.nn.log_softmax(logits + never_generated_bias(model.target_vocab_size))
   token_log_probs = tf.gather(log_probs, target_ids, axis=2, batch_dims=2)  # -> [batch, length]
   total = tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)

@@ -12,7 +12,7 @@ import keras
 from absl import app
 
 from data_pipeline.corpora import CorpusError, read_parallel, scan_parallel
-from tf_transformer import config, console, evaluation
+from tf_transformer import config, console, metrics
 from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import load_translate_nbest, translate_texts
 
@@ -38,7 +38,7 @@ def main(argv):
   path = FLAGS.output or "hypotheses.txt"
   with open(path, "w", encoding="utf-8") as f:
     f.writelines(h + "\n" for h in hypotheses)
-  results = evaluation.report(hypotheses, references)
+  results = metrics.report(hypotheses, references)
   print(f"{results['bleu_text']}  ({results['bleu_signature']})")
   print(f"chrF2 = {results['chrf']:.2f}  ({results['chrf_signature']})")
   print(" ".join(f"BLEU-{n} = {results[f'bleu_{n}']:.2f}" for n in range(1, 5)))

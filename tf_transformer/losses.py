@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from tf_transformer.layers.attention_bias import PAD_ID
+from data_pipeline.token_ids import PAD_ID
 
 
 def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):

@@ -3,21 +3,18 @@
 import keras
 import tensorflow as tf
 
+from data_pipeline.token_ids import PAD_ID
 from tf_transformer.layers import attention_bias
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.encoder import Encoder
-
-_MODEL_ARGS = ("source_vocab_size", "target_vocab_size", "shared_embeddings", "num_layers",
-               "d_model", "num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
-               "relu_dropout_rate", "norm_position", "padding_aware_ffn")
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class Transformer(keras.Model):
   """Encoder-decoder Transformer, "Attention Is All You Need" (Vaswani et al., 2017).
 
-  With `shared_embeddings` (a joint vocabulary) one matrix embeds source and target tokens and
+  With `shared_vocab` (one joint vocabulary) one matrix embeds source and target tokens and
   projects decoder states to logits (section 3.4). Without it the source has its own matrix
   and the target matrix still serves as the pre-softmax projection.
 
@@ -25,40 +22,34 @@ class Transformer(keras.Model):
   """
 
   def __init__(self, source_vocab_size: int, target_vocab_size: int,
-               shared_embeddings: bool = True, num_layers: int = 6, d_model: int = 512,
+               shared_vocab: bool = True, num_layers: int = 6, d_model: int = 512,
                num_heads: int = 8, d_ff: int = 2048, dropout_rate: float = 0.1,
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
                norm_position: str = "post", padding_aware_ffn: bool = True, **kwargs):
     super().__init__(**kwargs)
-    if shared_embeddings and source_vocab_size != target_vocab_size:
-      raise ValueError("shared_embeddings needs one vocabulary: source_vocab_size "
+    if shared_vocab and source_vocab_size != target_vocab_size:
+      raise ValueError("shared_vocab needs one vocabulary: source_vocab_size "
                        f"{source_vocab_size} != target_vocab_size {target_vocab_size}")
     self.source_vocab_size = source_vocab_size
     self.target_vocab_size = target_vocab_size
-    self.shared_embeddings = shared_embeddings
-    self.num_layers = num_layers
+    self.shared_vocab = shared_vocab
     self.d_model = d_model
-    self.num_heads = num_heads
-    self.d_ff = d_ff
-    self.dropout_rate = dropout_rate
-    self.attention_dropout_rate = attention_dropout_rate
-    self.relu_dropout_rate = relu_dropout_rate
-    self.norm_position = norm_position
-    self.padding_aware_ffn = padding_aware_ffn
+    # the encoder's and decoder's arguments (see layers.stack)
+    self.stack_args = dict(num_layers=num_layers, num_heads=num_heads, d_ff=d_ff,
+                           dropout_rate=dropout_rate,
+                           attention_dropout_rate=attention_dropout_rate,
+                           relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,
+                           padding_aware_ffn=padding_aware_ffn)
 
     policy = self.dtype_policy
     self.target_embedding = SharedEmbedding(target_vocab_size, d_model,
                                             name="target_embedding", dtype=policy)
-    self.source_embedding = (self.target_embedding if shared_embeddings else
+    self.source_embedding = (self.target_embedding if shared_vocab else
                              SharedEmbedding(source_vocab_size, d_model,
                                              name="source_embedding", dtype=policy))
     self.embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
-    stack_args = dict(num_layers=num_layers, num_heads=num_heads, d_ff=d_ff,
-                      dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-                      relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,
-                      padding_aware_ffn=padding_aware_ffn, dtype=policy)
-    self.encoder = Encoder(name="encoder", **stack_args)
-    self.decoder = Decoder(name="decoder", **stack_args)
+    self.encoder = Encoder(name="encoder", dtype=policy, **self.stack_args)
+    self.decoder = Decoder(name="decoder", dtype=policy, **self.stack_args)
     self._build_all()
 
   def _build_all(self):
@@ -83,29 +74,34 @@ class Transformer(keras.Model):
     """
     bias = attention_bias.padding_bias(source_ids)
     x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
-    mask = tf.not_equal(source_ids, attention_bias.PAD_ID)
+    mask = tf.not_equal(source_ids, PAD_ID)
     return self.encoder(x, bias, mask, training=training), bias
 
-  def decode(self, target_input_ids, memory, cross_attention_bias, training=None,
-             return_attention=False):
+  def _embed_targets(self, target_input_ids, training):
+    """-> embedded targets [B, T, d_model], self-attention bias, padding mask bool [B, T]."""
+    self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
+    x = self.embedding_dropout(self.target_embedding(target_input_ids), training=training)
+    return x, self_bias, tf.not_equal(target_input_ids, PAD_ID)
+
+  def decode(self, target_input_ids, memory, cross_attention_bias, training=None):
     """Runs the decoder over whole target prefixes (teacher forcing).
 
     Args:
       target_input_ids: int32 [batch, target_length], BOS then the target shifted right.
       memory: [batch, source_length, d_model].
       cross_attention_bias: float32 [batch, 1, 1, source_length].
-      return_attention: also return the last decoder layer's cross-attention weights, averaged
-        over heads: float32 [batch, target_length, source_length].
 
     Returns:
-      [batch, target_length, d_model] decoder states (feed them to `logits`); with
-      `return_attention`, the tuple (states, weights).
+      [batch, target_length, d_model] decoder states (feed them to `logits`).
     """
-    self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
-    x = self.embedding_dropout(self.target_embedding(target_input_ids), training=training)
-    mask = tf.not_equal(target_input_ids, attention_bias.PAD_ID)
-    return self.decoder(x, memory, self_bias, cross_attention_bias, mask, training=training,
-                        return_attention=return_attention)
+    x, self_bias, mask = self._embed_targets(target_input_ids, training)
+    return self.decoder(x, memory, self_bias, cross_attention_bias, mask, training=training)[0]
+
+  def cross_attention_weights(self, target_input_ids, memory, cross_attention_bias):
+    """The last decoder layer's cross-attention weights over `decode`'s pass, in inference,
+    averaged over heads: float32 [batch, target_length, source_length]."""
+    x, self_bias, mask = self._embed_targets(target_input_ids, False)
+    return self.decoder.cross_attention_weights(x, memory, self_bias, cross_attention_bias, mask)
 
   def logits(self, hidden, output_kernel=None):
     """hidden [..., d_model] -> float32 [..., target_vocab_size]; see SharedEmbedding.logits."""
@@ -140,12 +136,8 @@ class Transformer(keras.Model):
       cache: the updated decoding state.
     """
     buffer = cache["self"][0]["key"]
-    max_length = buffer.shape[2] or tf.shape(buffer)[2]
-    positions = tf.range(max_length)
-    # hide the buffer slots after the current position (not written yet)
-    future = tf.cast(positions > decode_index, tf.float32)
-    self_bias = (future * attention_bias.large_negative(tf.float32))[tf.newaxis, tf.newaxis,
-                                                                     tf.newaxis, :]
+    self_bias = attention_bias.cached_step_bias(buffer.shape[2] or tf.shape(buffer)[2],
+                                                decode_index)
     x = self.target_embedding.embed(ids[:, tf.newaxis], decode_index[tf.newaxis])
     x, layers = self.decoder(x, None, self_bias, cross_attention_bias, None,
                              cache={"self": cache["self"], "cross": cache["cross"]},
@@ -154,5 +146,7 @@ class Transformer(keras.Model):
 
   def get_config(self):
     config = super().get_config()
-    config.update({name: getattr(self, name) for name in _MODEL_ARGS})
+    config.update(source_vocab_size=self.source_vocab_size,
+                  target_vocab_size=self.target_vocab_size, shared_vocab=self.shared_vocab,
+                  d_model=self.d_model, **self.stack_args)
     return config

@@ -69,7 +69,7 @@ def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str):
   if not os.path.isdir(model_dir):
     raise ModelDirError(f"{model_dir}: no such directory")
   model_config = read_config(model_dir)
-  paths = tokenizer.vocabulary_paths(model_dir, model_config.shared_embeddings, src_lang,
+  paths = tokenizer.vocabulary_paths(model_dir, model_config.shared_vocab, src_lang,
                                      tgt_lang)
   for path in paths:
     if not os.path.exists(path):

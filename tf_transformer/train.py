@@ -1,6 +1,7 @@
 """Trains a Transformer: `python -m tf_transformer.train --flagfile=flags/<preset>.cfg`.
 
-Kept short on purpose: the logic lives in importable, tested modules.
+Trains (or resumes) a model in --model_dir, keeps its best checkpoint by dev BLEU and scores it
+on --test_prefix; Ctrl-C saves a checkpoint and exits. `--helpfull` lists every flag.
 """
 
 import json
@@ -11,7 +12,7 @@ from absl import app
 from data_pipeline.corpora import CorpusError
 from data_pipeline.parallel_data import open_data
 from data_pipeline.tokenizer import wait_for_vocabulary
-from tf_transformer import config, console, trainer
+from tf_transformer import config, console, runtime, trainer
 from tf_transformer.model_dir import ModelDirError
 
 
@@ -21,14 +22,15 @@ def main(argv):
     data_config = config.data_config_from_flags()
     train_config = config.train_config_from_flags()
     decode_config = config.decode_config_from_flags()
-    strategy = trainer.set_up_runtime(train_config)
-    if not trainer.worker_info(strategy)[2]:
+    strategy = runtime.set_up_runtime(train_config)
+    if not runtime.worker_info(strategy)[2]:
       # the chief trains the subword model(s); the other workers must use the same ones
       wait_for_vocabulary(train_config.model_dir, data_config)
     data = open_data(data_config, train_config.model_dir)
     model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                    data.vocabulary.target_size)
-    results = trainer.Trainer(data, model_config, train_config, decode_config, strategy).train()
+    results = trainer.create_trainer(data, model_config, train_config, decode_config,
+                                     strategy).train()
   except (config.FlagError, CorpusError, ModelDirError, TimeoutError) as e:
     sys.exit(f"error: {e}")
   except trainer.TrainingInterrupted as e:

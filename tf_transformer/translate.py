@@ -9,13 +9,13 @@ hypothesis is a line `index ||| translation ||| score` (the Moses n-best format)
 import sys
 
 import keras
-from absl import app, flags
+from absl import app
 
 from tf_transformer import config, console
 from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import load_translate_nbest, translate_texts
 
-FLAGS = flags.FLAGS
+FLAGS = config.FLAGS
 
 
 def read_lines(path: str | None) -> list[str]:

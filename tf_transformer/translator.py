@@ -13,9 +13,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from data_pipeline.tokenizer import EOS_ID
+from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
-from tf_transformer.layers.attention_bias import PAD_ID
 from tf_transformer.model_dir import ModelDirError, load_for_inference
 
 _STRINGS = tf.TensorSpec([None], tf.string)
@@ -28,7 +27,7 @@ class Translator(tf.Module):
     model: the Transformer (its variables are tracked, the object is not).
     vocabulary: data_pipeline.tokenizer.Vocabulary with the source/target tokenizers.
     beam_size, alpha, nbest: the search, fixed at export.
-    max_source_length: longer inputs are truncated to this many subword tokens.
+    max_length: longer inputs are truncated to this many subword tokens.
     extra_decode_length: outputs stop at source length + this many tokens.
     min_decode_length, max_decode_length: optional fixed bounds of the output length (the
       decoding benchmark sets both, so every system compared does the same work).
@@ -36,7 +35,7 @@ class Translator(tf.Module):
   """
 
   def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
-               max_source_length: int = 100, extra_decode_length: int = 50,
+               max_length: int = 100, extra_decode_length: int = 50,
                min_decode_length: int = 0, max_decode_length: int | None = None,
                decode_jit: bool = False):
     super().__init__(name="translator")
@@ -47,26 +46,23 @@ class Translator(tf.Module):
     self.target_tokenizer = vocabulary.target
     self._model = [model]  # a list hides the Keras object from tf.Module tracking
     self.beam_size, self.alpha, self.nbest = beam_size, alpha, nbest
-    self.max_source_length, self.extra_decode_length = max_source_length, extra_decode_length
+    self.max_length, self.extra_decode_length = max_length, extra_decode_length
     self.min_decode_length, self.max_decode_length = min_decode_length, max_decode_length
     search = dict(beam_size=beam_size, alpha=alpha, extra_decode_length=extra_decode_length,
                   min_length=min_decode_length, max_decode_length=max_decode_length)
     self._decode = tf.function(lambda ids: decoding.decode(model, ids, **search),
                                jit_compile=decode_jit)
-    self._decode_with_attention = tf.function(
-        lambda ids: decoding.decode(model, ids, return_attention=True, **search),
-        jit_compile=decode_jit)
+
+  @staticmethod
+  def _ids(tokenizer, texts, max_length=None):
+    """string [B] -> int32 [B, L]: tokens (the first `max_length`) + EOS, PAD_ID-padded."""
+    ids = tokenizer.tokenize(texts)[:, :max_length]
+    eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
+    return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)
 
   def _source_ids(self, texts):
-    """string [B] -> int32 [B, S]: tokens (truncated) + EOS, PAD_ID-padded; empty input -> []."""
-    ids = self.source_tokenizer.tokenize(texts)[:, :self.max_source_length]
-    eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
-    return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)
-
-  def _target_ids(self, texts):
-    ids = self.target_tokenizer.tokenize(texts)
-    eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
-    return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)
+    """string [B] -> int32 [B, S], truncated to max_length tokens before EOS."""
+    return self._ids(self.source_tokenizer, texts, self.max_length)
 
   def _search(self, texts):
     """string [B] -> (string [B, nbest], float32 [B, nbest]); blank input -> "" with score 0."""
@@ -94,7 +90,7 @@ class Translator(tf.Module):
   def score(self, source, target):
     """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha."""
     log_prob = decoding.score(self._model[0], self._source_ids(source),
-                              self._target_ids(target), self.alpha)
+                              self._ids(self.target_tokenizer, target), self.alpha)
     return {"log_prob": log_prob}
 
   @tf.function(input_signature=[_STRINGS])
@@ -108,8 +104,8 @@ class Translator(tf.Module):
     the real source tokens, zeros elsewhere (and for blank inputs)}.
     """
     source_ids = self._source_ids(inputs)
-    ids, _, attention = self._decode_with_attention(source_ids)
-    best = ids[:, 0]
+    best = self._decode(source_ids)[0][:, 0]
+    attention = decoding.attention(self._model[0], source_ids, best)
     blank = tf.equal(tf.strings.length(tf.strings.strip(inputs)), 0)
     outputs = self.target_tokenizer.detokenize(decoding.strip_after_eos(best))
     return {"outputs": tf.where(blank, "", outputs),

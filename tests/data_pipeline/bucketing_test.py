@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from data_pipeline import bucketing
-from tf_transformer.layers.attention_bias import PAD_ID
+from tests import testutil
+from data_pipeline.token_ids import PAD_ID
 
 
 # ---------------------------------------------------------------- boundaries
@@ -78,13 +79,6 @@ def _dataset(pairs):
       gen, output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32)))
 
 
-def _strip(row):
-  row = list(row)
-  while row and row[-1] == PAD_ID:
-    row.pop()
-  return tuple(row)
-
-
 @pytest.mark.parametrize("max_length,batch_tokens", [(50, 400), (100, 1000), (17, 64),
                                                      (6, 30)])
 def test_bucketing_one_epoch(max_length, batch_tokens):
@@ -106,7 +100,8 @@ def test_bucketing_one_epoch(max_length, batch_tokens):
     assert batch * length <= batch_tokens
     previous = max([b for b in boundaries if b < length], default=0)
     for source_row, target_row in zip(source, target):
-      source_ids, target_ids = _strip(source_row), _strip(target_row)
+      source_ids = testutil.strip_padding(source_row, PAD_ID)
+      target_ids = testutil.strip_padding(target_row, PAD_ID)
       longest = max(len(source_ids), len(target_ids))
       assert previous < longest <= length  # the example belongs to this bucket
       seen[(source_ids, target_ids)] += 1

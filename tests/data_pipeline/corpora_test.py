@@ -1,53 +1,38 @@
 """Tests for data_pipeline.corpora: finding, validating and reading parallel text files."""
 
-import gzip
-
 import pytest
 
 from data_pipeline import corpora
 from data_pipeline.corpora import CorpusError
-
-
-def _write(path, lines, gz=False, newline="\n"):
-  """Writes `lines` (str or bytes) one a line, plain or gzipped; returns the path as str."""
-  data = b"".join((l if isinstance(l, bytes) else l.encode("utf-8")) + newline.encode()
-                  for l in lines)
-  if gz:
-    with gzip.open(path, "wb") as f:
-      f.write(data)
-  else:
-    path.write_bytes(data)
-  return str(path)
+from tests import testutil
 
 
 def _pair(tmp_path, source_lines, target_lines, gz=False):
-  suffix = ".gz" if gz else ""
-  return (_write(tmp_path / f"train.en{suffix}", source_lines, gz),
-          _write(tmp_path / f"train.de{suffix}", target_lines, gz))
+  return testutil.write_corpus(tmp_path, "train", source_lines, target_lines, ("en", "de"), gz)
 
 
 # ---------------------------------------------------------------- find_corpus_file
 
 
 def test_find_corpus_file_plain(tmp_path):
-  path = _write(tmp_path / "train.en", ["a"])
+  path = testutil.write_lines(tmp_path / "train.en", ["a"])
   assert corpora.find_corpus_file(str(tmp_path), "train", "en") == path
 
 
 def test_find_corpus_file_gz(tmp_path):
-  path = _write(tmp_path / "train.en.gz", ["a"], gz=True)
+  path = testutil.write_lines(tmp_path / "train.en.gz", ["a"])
   assert corpora.find_corpus_file(str(tmp_path), "train", "en") == path
 
 
 def test_find_corpus_file_prefers_plain(tmp_path):
-  path = _write(tmp_path / "train.en", ["a"])
-  _write(tmp_path / "train.en.gz", ["b"], gz=True)
+  path = testutil.write_lines(tmp_path / "train.en", ["a"])
+  testutil.write_lines(tmp_path / "train.en.gz", ["b"])
   assert corpora.find_corpus_file(str(tmp_path), "train", "en") == path
 
 
 def test_find_corpus_file_missing(tmp_path):
   d = str(tmp_path)
-  _write(tmp_path / "train.de", ["a"])
+  testutil.write_lines(tmp_path / "train.de", ["a"])
   with pytest.raises(CorpusError) as e:
     corpora.find_corpus_file(d, "train", "en")
   assert str(e.value) == (f"{d}/train.en: no such file (nor {d}/train.en.gz); "
@@ -71,7 +56,7 @@ def test_scan_clean_corpus(tmp_path, gz):
 
 
 def test_scan_crlf_and_no_trailing_newline(tmp_path):
-  src = _write(tmp_path / "a.en", ["one", "two"], newline="\r\n")
+  src = testutil.write_lines(tmp_path / "a.en", ["one", "two"], newline="\r\n")
   tgt = str(tmp_path / "a.de")
   (tmp_path / "a.de").write_bytes(b"eins\nzwei")  # no final line break
   assert corpora.scan_parallel(src, tgt) == corpora.CorpusScan(2, 0, ())
@@ -171,7 +156,7 @@ def test_scan_skip_still_checks_counts(tmp_path):
 def test_scan_corrupt_gz(tmp_path):
   src = str(tmp_path / "train.en.gz")
   (tmp_path / "train.en.gz").write_bytes(b"this is not gzip data\n")
-  tgt = _write(tmp_path / "train.de", ["a"])
+  tgt = testutil.write_lines(tmp_path / "train.de", ["a"])
   with pytest.raises(CorpusError) as e:
     corpora.scan_parallel(src, tgt)
   message = str(e.value)
@@ -180,18 +165,18 @@ def test_scan_corrupt_gz(tmp_path):
 
 
 def test_scan_truncated_gz(tmp_path):
-  src = _write(tmp_path / "train.en.gz", [f"line {i}" for i in range(1000)], gz=True)
+  src = testutil.write_lines(tmp_path / "train.en.gz", [f"line {i}" for i in range(1000)])
   data = (tmp_path / "train.en.gz").read_bytes()
   (tmp_path / "train.en.gz").write_bytes(data[:len(data) // 2])
-  tgt = _write(tmp_path / "train.de", [f"zeile {i}" for i in range(1000)])
+  tgt = testutil.write_lines(tmp_path / "train.de", [f"zeile {i}" for i in range(1000)])
   with pytest.raises(CorpusError) as e:
     corpora.scan_parallel(src, tgt)
   assert str(e.value).startswith(f"{src}: cannot read (")
 
 
 def test_scan_gz_mixed_with_plain(tmp_path):
-  src = _write(tmp_path / "train.en.gz", ["a", "b"], gz=True)
-  tgt = _write(tmp_path / "train.de", ["A", "B"])
+  src = testutil.write_lines(tmp_path / "train.en.gz", ["a", "b"])
+  tgt = testutil.write_lines(tmp_path / "train.de", ["A", "B"])
   assert corpora.scan_parallel(src, tgt) == corpora.CorpusScan(2, 0, ())
 
 
@@ -235,7 +220,7 @@ def test_read_parallel_bad_line_not_skipped_raises(tmp_path):
 
 def test_iterate_sentences(tmp_path):
   src, tgt = _pair(tmp_path, [" a ", "", b"\xff", "d"], ["A", "B", "C", "  "], gz=False)
-  gz_src = _write(tmp_path / "more.en.gz", ["x", "", "y"], gz=True)
+  gz_src = testutil.write_lines(tmp_path / "more.en.gz", ["x", "", "y"])
   assert list(corpora.iterate_sentences([src, tgt, gz_src], skip_lines=(2,))) == [
       "a", "d", "A", "B", "x"]
 

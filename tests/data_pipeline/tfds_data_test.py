@@ -1,28 +1,19 @@
 """TFDS datasets: built offline from local files, trained from, sharded per worker; clear errors."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from data_pipeline import build, tfds_data
+from data_pipeline import tfds_data
 from data_pipeline.corpora import CorpusError
+from tests import testutil
 from tf_transformer.config import DataConfig
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_split(folder, name, lines, offset=0):
-  src, tgt = folder / f"{name}.src", folder / f"{name}.tgt"
-  src.write_text("".join(f"w{(i + offset) % 11} w{(i + offset) % 7} s{i + offset}\n"
-                         for i in range(lines)))
-  tgt.write_text("".join(f"s{i + offset} w{(i + offset) % 7} w{(i + offset) % 11}\n"
-                         for i in range(lines)))
-  return str(src), str(tgt)
+  numbers = range(offset, offset + lines)
+  return testutil.write_corpus(folder, name, [f"w{i % 11} w{i % 7} s{i}" for i in numbers],
+                               [f"s{i} w{i % 7} w{i % 11}" for i in numbers])
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +22,7 @@ def built(tmp_path_factory):
   splits = {"train": write_split(folder, "train", 300), "validation":
             write_split(folder, "val", 20, 1000), "test": write_split(folder, "test", 10, 2000)}
   out = folder / "tfds"
-  build.build(splits, "toy_corpus", str(out), "src", "tgt")
+  tfds_data.build_dataset(splits, "toy_corpus", str(out), "src", "tgt")
   return folder, out
 
 
@@ -74,38 +65,10 @@ def test_wrong_language_is_a_corpus_error(built, tmp_path):
                                   src_lang="src", tgt_lang="de"), str(tmp_path))
 
 
-def run(*args):
-  return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
-                        timeout=400)
-
-
-def test_build_cli_then_training_from_the_tfds_dataset(tmp_path):
-  src, tgt = write_split(tmp_path, "train", 200)
-  dev_src, dev_tgt = write_split(tmp_path, "val", 10, 500)
-  out = tmp_path / "tfds"
-  result = run("data_pipeline.build", f"--src={src}", f"--tgt={tgt}", f"--dev_src={dev_src}",
-               f"--dev_tgt={dev_tgt}", "--src_lang=src", "--tgt_lang=tgt", "--name=cli_corpus",
-               f"--out={out}")
-  assert result.returncode == 0, result.stderr
-  assert f"--dataset=tfds:cli_corpus --tfds_data_dir={out}" in result.stdout
-  result = run("tf_transformer.train", "--flagfile=flags/tiny.cfg", "--dataset=tfds:cli_corpus",
-               f"--tfds_data_dir={out}", "--src_lang=src", "--tgt_lang=tgt",
-               f"--model_dir={tmp_path / 'model'}", "--train_steps=20", "--eval_every=20")
-  assert result.returncode == 0, result.stderr
-  results = json.loads((tmp_path / "model" / "results.json").read_text())
-  assert results["step"] == 20 and results["best_dev_bleu"] >= 0.0
-
-
-def test_build_cli_refuses_mismatched_files(tmp_path):
-  src, _ = write_split(tmp_path, "train", 5)
-  (tmp_path / "short.tgt").write_text("a\nb\n")
-  result = run("data_pipeline.build", f"--src={src}", f"--tgt={tmp_path / 'short.tgt'}",
-               "--src_lang=src", "--tgt_lang=tgt", "--name=bad", f"--out={tmp_path / 'out'}")
-  assert result.returncode == 1
-  assert "Traceback" not in result.stderr
-  assert result.stderr.strip().splitlines()[-1] == (
-      f"error: {src} has 5 lines but {tmp_path / 'short.tgt'} has 2; parallel files must be "
-      "line-aligned")
+def test_same_languages_are_refused(tmp_path):
+  splits = {"train": write_split(tmp_path, "train", 5)}
+  with pytest.raises(CorpusError, match="--src_lang and --tgt_lang must differ, both are 'src'"):
+    tfds_data.build_dataset(splits, "same", str(tmp_path / "out"), "src", "src")
 
 
 def test_unprepared_public_dataset_offline_is_a_corpus_error(tmp_path, monkeypatch):

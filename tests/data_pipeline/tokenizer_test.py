@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from data_pipeline import tokenizer
-from tf_transformer.layers.attention_bias import PAD_ID
+from data_pipeline.token_ids import PAD_ID
 
 SENTENCES = [unicodedata.normalize("NFC", s) for s in [
     # English

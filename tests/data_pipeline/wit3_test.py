@@ -1,11 +1,11 @@
 """Tests for data_pipeline.wit3 on small synthetic WIT3 members."""
 
-import io
 import tarfile
 
 import pytest
 
 from data_pipeline import wit3
+from tests import testutil
 
 TAGS = (
     "<url>http://www.ted.com/talks/a</url>\n"
@@ -63,17 +63,10 @@ def test_convert_rejects_non_utf8():
     wit3.convert(b"a\xff\n", "tags")
 
 
-def _tgz(path, members):
-  with tarfile.open(path, "w:gz") as tar:
-    for name, data in members.items():
-      info = tarfile.TarInfo(name)
-      info.size = len(data)
-      tar.addfile(info, io.BytesIO(data))
-
-
 def test_read_member_reads_only_the_named_member(tmp_path):
   archive = tmp_path / "a.tgz"
-  _tgz(archive, {"../evil": b"x", "/abs": b"y", "de-en/README": b"r", "./de-en/a.xml": b"a"})
+  testutil.write_tgz(archive, {"../evil": b"x", "/abs": b"y", "de-en/README": b"r",
+                               "./de-en/a.xml": b"a"})
   assert wit3.read_member(archive, "de-en/a.xml") == b"a"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tgz"]
   with pytest.raises(wit3.FormatError, match="no regular file de-en/b.xml in the archive"):

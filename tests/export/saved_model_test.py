@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import testutil
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.translator import Translator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
           "x" * 5000]
 
@@ -23,11 +23,9 @@ def model_dir(tiny_model_dir):
 
 
 def export(model_dir, export_dir, *args):
-  return subprocess.run(
-      [sys.executable, "-m", "export.saved_model", "--flagfile=flags/tiny.cfg",
-       f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--beam_size=2",
-       "--extra_decode_length=5", *args],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  return testutil.run_cli("export.saved_model", "--flagfile=flags/tiny.cfg",
+                          f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+                          "--beam_size=2", "--extra_decode_length=5", *args)
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +104,11 @@ print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
 
 
 def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
-  result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(exported / "1"),
-                           json.dumps(INPUTS)], capture_output=True, text=True, timeout=300,
-                          cwd="/")
+  result = testutil.run_python(_FRESH_PROCESS, str(exported / "1"), json.dumps(INPUTS), cwd="/")
   assert result.returncode == 0, result.stderr
   loaded = json.loads(result.stdout.strip().splitlines()[-1])
   model, vocabulary, _ = model_dir_lib.load_for_inference(str(model_dir), "en", "de")
-  module = Translator(model, vocabulary, beam_size=2, nbest=2, max_source_length=32,
+  module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
                       extra_decode_length=5)
   expected = module.serve(tf.constant(INPUTS))
   assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
@@ -150,12 +146,9 @@ def test_non_string_input_is_a_signature_error(exported):
     (["--alpha=-0.5"], "error: --alpha must not be negative, got -0.5"),
 ])
 def test_bad_flags_are_one_line_errors(model_dir, tmp_path, args, message):
-  result = export(model_dir, tmp_path / "e", *args)
-  assert result.returncode == 1 and "Traceback" not in result.stderr
-  assert result.stderr.strip().splitlines()[-1] == message
+  testutil.assert_one_line_error(export(model_dir, tmp_path / "e", *args), message)
 
 
 def test_missing_model_dir_is_one_line_error(tmp_path):
-  result = export(tmp_path / "nothing", tmp_path / "e")
-  assert result.returncode == 1 and "Traceback" not in result.stderr
-  assert result.stderr.strip().splitlines()[-1] == f"error: {tmp_path}/nothing: no such directory"
+  testutil.assert_one_line_error(export(tmp_path / "nothing", tmp_path / "e"),
+                                 f"error: {tmp_path}/nothing: no such directory")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import testutil
 from tf_transformer.beam_search import beam_search, length_penalty
 
 EOS, START, VOCAB, MAX_LENGTH = 1, 2, 5, 4
@@ -25,7 +26,7 @@ def sequence_log_prob(sequence):
   last, total, log_prob = START, 0, 0.0
   for step, token in enumerate(sequence):
     logits = TABLE[step, last, total % VOCAB].astype(np.float64)
-    log_prob += logits[token] - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+    log_prob += testutil.log_softmax(logits)[token]
     total += last
     last = token
   return log_prob

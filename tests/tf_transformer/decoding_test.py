@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.tokenizer import BOS_ID, EOS_ID
+from data_pipeline.token_ids import BOS_ID, EOS_ID
+from tests import testutil
 from tf_transformer import decoding
 from tf_transformer.beam_search import length_penalty
 from tf_transformer.model import Transformer
@@ -27,7 +28,7 @@ def full_log_probs(model, source, prefix):
   logits = model((source[tf.newaxis], tf.constant([prefix])), training=False)[0, -1]
   logits = logits.numpy().astype(np.float64)
   logits[[0, BOS_ID]] = -np.inf
-  return logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+  return testutil.log_softmax(logits)
 
 
 def test_greedy_equals_full_recomputation(model_and_sources):
@@ -93,11 +94,8 @@ def test_xla_compiled_search_decodes_the_same(model_and_sources):
 
 def test_attention_of_the_best_hypothesis(model_and_sources):
   model, sources = model_and_sources
-  ids, scores = decoding.decode(model, sources, beam_size=2, extra_decode_length=EXTRA)
-  ids_a, scores_a, attention = decoding.decode(model, sources, beam_size=2,
-                                               extra_decode_length=EXTRA, return_attention=True)
-  np.testing.assert_array_equal(ids_a.numpy(), ids.numpy())
-  np.testing.assert_array_equal(scores_a.numpy(), scores.numpy())
+  ids, _ = decoding.decode(model, sources, beam_size=2, extra_decode_length=EXTRA)
+  attention = decoding.attention(model, sources, ids[:, 0])
   assert attention.shape == (3, sources.shape[1] + EXTRA, sources.shape[1])
   attention = attention.numpy()
   for row in range(3):
@@ -109,8 +107,8 @@ def test_attention_of_the_best_hypothesis(model_and_sources):
     np.testing.assert_array_equal(attention[row, length:], 0.0)  # after EOS
     # padding the batch does not change a sentence's attention
     alone = sources[row:row + 1, :source_length]
-    ids_alone, _, attention_alone = decoding.decode(
-        model, alone, beam_size=2, max_decode_length=ids.shape[2], return_attention=True)
+    ids_alone, _ = decoding.decode(model, alone, beam_size=2, max_decode_length=ids.shape[2])
+    attention_alone = decoding.attention(model, alone, ids_alone[:, 0])
     np.testing.assert_array_equal(ids_alone.numpy()[0, 0], tokens)
     np.testing.assert_allclose(attention_alone.numpy()[0], attention[row, :, :source_length],
                                atol=1e-5)

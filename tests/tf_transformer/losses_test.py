@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import testutil
 from tf_transformer import losses
 
 LOGITS = np.array([[2.0, -1.0, 0.5, 0.0],
@@ -11,15 +12,10 @@ LOGITS = np.array([[2.0, -1.0, 0.5, 0.0],
 LABELS = np.array([2, 3], np.int32)
 
 
-def _log_softmax(x):
-  m = x.max(axis=-1, keepdims=True)
-  return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-
-
 def _reference(logits, labels, eps):
   num_classes = logits.shape[-1]
   q = (1.0 - eps) * np.eye(num_classes)[labels] + eps / num_classes
-  log_p = _log_softmax(logits)
+  log_p = testutil.log_softmax(logits)
   return -(q * log_p).sum(axis=-1), -log_p[np.arange(len(labels)), labels]
 
 
@@ -66,7 +62,7 @@ def test_token_statistics(eps):
 def _reference_gradient(logits, labels, eps, d_loss, d_nll):
   """d (sum d_loss * loss + sum d_nll * nll) / d logits, in float64."""
   num_classes = logits.shape[-1]
-  probs = np.exp(_log_softmax(logits))
+  probs = np.exp(testutil.log_softmax(logits))
   onehot = np.eye(num_classes)[labels]
   q = (1.0 - eps) * onehot + eps / num_classes
   return d_loss[:, None] * (probs - q) + d_nll[:, None] * (probs - onehot)

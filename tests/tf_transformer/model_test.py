@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import testutil
 from tf_transformer import losses
 from tf_transformer.model import Transformer
 
@@ -16,7 +17,7 @@ CONFIG = dict(num_layers=2, d_model=32, num_heads=4, d_ff=64, dropout_rate=0.0,
 def _model(norm_position="post", seed=0, **overrides):
   keras.utils.set_random_seed(seed)
   kwargs = dict(CONFIG, source_vocab_size=VOCAB, target_vocab_size=VOCAB,
-                shared_embeddings=True, norm_position=norm_position)
+                shared_vocab=True, norm_position=norm_position)
   kwargs.update(overrides)
   return Transformer(**kwargs)
 
@@ -30,15 +31,21 @@ def _ids(rng, shape, low=1):
   return rng.integers(low, VOCAB, size=shape).astype(np.int32)
 
 
+def _batch(seed, source_length, target_length, padded_row, real_source_length):
+  """rng and random (source [2, S], target [2, T]) ids, source row `padded_row` padded after
+  `real_source_length` tokens."""
+  rng = np.random.default_rng(seed)
+  source = _ids(rng, (2, source_length))
+  source[padded_row, real_source_length:] = 0
+  return rng, source, _ids(rng, (2, target_length))
+
+
 def _logits(model, source, target):
   return model((tf.constant(source), tf.constant(target)), training=False).numpy()
 
 
 def test_causal_mask(model):
-  rng = np.random.default_rng(1)
-  source = _ids(rng, (2, 6))
-  source[1, 4:] = 0
-  target = _ids(rng, (2, 7))
+  rng, source, target = _batch(1, 6, 7, 1, 4)
   base = _logits(model, source, target)
   assert base.shape == (2, 7, VOCAB) and base.dtype == np.float32
   assert np.all(np.isfinite(base))
@@ -52,10 +59,7 @@ def test_causal_mask(model):
 
 
 def test_source_padding_invariance(model):
-  rng = np.random.default_rng(2)
-  source = _ids(rng, (2, 5))
-  source[0, 3:] = 0
-  target = _ids(rng, (2, 6))
+  rng, source, target = _batch(2, 5, 6, 0, 3)
   base = _logits(model, source, target)
   padded_source = np.concatenate([source, np.zeros((2, 4), np.int32)], axis=1)
   out = _logits(model, padded_source, target)
@@ -93,10 +97,7 @@ def test_target_padding_invariance_of_logits_and_loss(model):
 
 
 def test_other_sequences_in_batch_do_not_interact(model):
-  rng = np.random.default_rng(4)
-  source = _ids(rng, (2, 5))
-  source[0, 3:] = 0
-  target = _ids(rng, (2, 4))
+  rng, source, target = _batch(4, 5, 4, 0, 3)
   batch = _logits(model, source, target)
   single = _logits(model, source[:1, :3], target[:1])
   np.testing.assert_allclose(single[0], batch[0], rtol=0, atol=1e-5)
@@ -106,7 +107,7 @@ def _embedding_variables(model):
   return [v for v in model.trainable_variables if v.path.endswith("embeddings")]
 
 
-def test_shared_embeddings_one_variable_with_gradients_from_both_paths():
+def test_shared_vocab_one_variable_with_gradients_from_both_paths():
   model = _model("post")
   assert model.source_embedding is model.target_embedding
   embeddings = _embedding_variables(model)
@@ -134,8 +135,8 @@ def test_shared_embeddings_one_variable_with_gradients_from_both_paths():
   del tape
 
 
-def test_unshared_embeddings_two_matrices():
-  model = _model("post", source_vocab_size=40, target_vocab_size=VOCAB, shared_embeddings=False)
+def test_unshared_vocab_two_matrices():
+  model = _model("post", source_vocab_size=40, target_vocab_size=VOCAB, shared_vocab=False)
   assert model.source_embedding is not model.target_embedding
   shapes = sorted(tuple(v.shape) for v in _embedding_variables(model))
   assert shapes == [(40, CONFIG["d_model"]), (VOCAB, CONFIG["d_model"])]
@@ -143,16 +144,13 @@ def test_unshared_embeddings_two_matrices():
   assert out.shape == (1, 2, VOCAB)
 
 
-def test_shared_embeddings_reject_different_vocabularies():
+def test_shared_vocab_reject_different_vocabularies():
   with pytest.raises(ValueError):
-    Transformer(40, 50, shared_embeddings=True, **CONFIG)
+    Transformer(40, 50, shared_vocab=True, **CONFIG)
 
 
 def test_cached_decoding_matches_full_forward(model):
-  rng = np.random.default_rng(5)
-  source = _ids(rng, (2, 6))
-  source[1, 3:] = 0
-  target = _ids(rng, (2, 5))
+  rng, source, target = _batch(5, 6, 5, 1, 3)
   target[1, 3:] = 0  # trailing padding in the second sequence
   full = _logits(model, source, target)
   memory, bias = model.encode(tf.constant(source), training=False)
@@ -186,10 +184,7 @@ def test_padding_aware_ffn_does_not_change_logits():
   aware = _model("pre", seed=2, padding_aware_ffn=True)
   plain = _model("pre", seed=3, padding_aware_ffn=False)
   plain.set_weights(aware.get_weights())
-  rng = np.random.default_rng(7)
-  source = _ids(rng, (2, 5))
-  source[0, 2:] = 0
-  target = _ids(rng, (2, 4))
+  rng, source, target = _batch(7, 5, 4, 0, 2)
   target[1, 2:] = 0
   a = _logits(aware, source, target)
   p = _logits(plain, source, target)
@@ -216,14 +211,42 @@ def test_config_round_trip(norm_position):
   for key, value in CONFIG.items():
     assert config[key] == value
   assert config["norm_position"] == norm_position
-  assert config["shared_embeddings"] is True
+  assert config["shared_vocab"] is True
   clone = Transformer.from_config(config)
   assert len(clone.weights) == len(model.weights)
   assert len(clone.trainable_variables) == len(model.trainable_variables)
   assert [tuple(w.shape) for w in clone.weights] == [tuple(w.shape) for w in model.weights]
   clone.set_weights(model.get_weights())
-  rng = np.random.default_rng(8)
-  source = _ids(rng, (2, 5))
-  source[1, 3:] = 0
-  target = _ids(rng, (2, 4))
+  rng, source, target = _batch(8, 5, 4, 1, 3)
   np.testing.assert_array_equal(_logits(clone, source, target), _logits(model, source, target))
+
+
+def test_cross_attention_weights_match_a_float64_reference():
+  """One post-norm layer, one head: embed, causal self-attention, residual + layer norm, then
+  the cross-attention softmax, all in numpy float64 from the model's weights."""
+  from tf_transformer.layers.embedding import positional_encoding
+
+  d = 8
+  model = _model("post", seed=3, num_layers=1, d_model=d, num_heads=1, d_ff=16)
+  source = np.array([[5, 6, 7, 3, 0]], np.int32)
+  target_input = np.array([[2, 9, 11, 0]], np.int32)
+  memory, cross_bias = model.encode(tf.constant(source), training=False)
+  weights = model.cross_attention_weights(tf.constant(target_input), memory, cross_bias).numpy()
+
+  f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
+  layer = model.decoder.stack[0]
+  x = f64(model.target_embedding.embeddings)[target_input[0]] * d**0.5
+  x += f64(positional_encoding(tf.range(4), d))
+  x[target_input[0] == 0] = 0.0
+  qkv = x @ f64(layer.self_attention.qkv_kernel)
+  q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
+  hidden = np.triu(np.ones((4, 4)), 1).astype(bool) | (target_input[0] == 0)[None, :]
+  self_weights = testutil.softmax(np.where(hidden, -1e9, q @ k.T / d**0.5))
+  y = x + (self_weights @ v) @ f64(layer.self_attention.output_kernel)
+  norm = layer.self_attention_block.norm
+  y = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-6)
+  y = y * f64(norm.gamma) + f64(norm.beta)
+  query = y @ f64(layer.cross_attention.q_kernel)
+  keys = f64(memory[0]) @ f64(layer.cross_attention.kv_kernel)[:, :d]
+  expected = testutil.softmax(np.where(source[0] == 0, -1e9, query @ keys.T / d**0.5))
+  np.testing.assert_allclose(weights[0], expected, atol=1e-5)

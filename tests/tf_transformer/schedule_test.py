@@ -8,9 +8,9 @@ import tensorflow as tf
 from tf_transformer.schedule import NoamSchedule
 
 
-def _noam(iteration, d_model, warmup, scale=1.0):
+def _noam(iteration, d_model, warmup, learning_rate=1.0):
   step = iteration + 1.0
-  return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+  return learning_rate * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 @pytest.mark.parametrize("iteration", [0, 999, 3999, 9999, 99999])
@@ -39,18 +39,18 @@ def test_peak_at_warmup_step():
   assert np.all(np.diff(values[200:]) < 0)
 
 
-def test_scale_multiplies():
+def test_learning_rate_multiplies():
   base = NoamSchedule(256, 100)
-  scaled = NoamSchedule(256, 100, scale=2.5)
+  scaled = NoamSchedule(256, 100, learning_rate=2.5)
   for iteration in (0, 50, 99, 1000):
     np.testing.assert_allclose(float(scaled(iteration)), 2.5 * float(base(iteration)),
                                rtol=1e-6)
 
 
 def test_config_round_trip():
-  schedule = NoamSchedule(128, 300, scale=0.7)
+  schedule = NoamSchedule(128, 300, learning_rate=0.7)
   config = schedule.get_config()
-  assert config == {"d_model": 128, "warmup_steps": 300, "scale": 0.7}
+  assert config == {"d_model": 128, "warmup_steps": 300, "learning_rate": 0.7}
   clone = NoamSchedule.from_config(config)
   for iteration in (0, 299, 5000):
     assert float(clone(iteration)) == float(schedule(iteration))
@@ -61,7 +61,7 @@ def test_config_round_trip():
 
 
 def test_works_with_adam():
-  schedule = NoamSchedule(64, 10, scale=2.0)
+  schedule = NoamSchedule(64, 10, learning_rate=2.0)
   optimizer = keras.optimizers.Adam(learning_rate=schedule)
   variable = tf.Variable([1.0, -2.0])
   for iteration in range(3):

@@ -1,20 +1,19 @@
 """The training step's equalities: micro-batches, replicas and XLA change nothing but speed."""
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from data_pipeline.pipeline import add_decoder_inputs
-from tf_transformer import losses, trainer
+from tests import testutil
+from tf_transformer import losses
+from tf_transformer.optimizer import make_optimizer
+from tf_transformer.train_step import make_train_step
 from tf_transformer.config import ModelConfig, TrainConfig
 from tf_transformer.model import Transformer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB = 30
 MODEL = ModelConfig(VOCAB, VOCAB, num_layers=1, d_model=16, num_heads=2, d_ff=32,
                     dropout_rate=0.0, attention_dropout_rate=0.0, relu_dropout_rate=0.0,
@@ -37,13 +36,13 @@ def train(batches, update_freq=1, steps=3, jit_compile=False, dtype=None):
   """Weights after `steps` updates on the endless cycle of `batches`, and the last stats."""
   keras.utils.set_random_seed(0)
   model = Transformer(**MODEL.__dict__, dtype=dtype)
-  optimizer = trainer.make_optimizer(MODEL, TrainConfig(model_dir="", warmup_steps=4))
+  optimizer = make_optimizer(MODEL, TrainConfig(model_dir="", warmup_steps=4))
   optimizer.build(model.trainable_variables)
   dataset = tf.data.Dataset.from_tensors(batches[0])
   for batch in batches[1:]:
     dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
   iterator = iter(dataset.repeat())
-  step = trainer.make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1,
+  step = make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1,
                                  update_freq, jit_compile)
   stats = None
   for _ in range(steps):
@@ -103,12 +102,12 @@ def test_loss_scaled_float16_step_updates_finite_weights():
   config = TrainConfig(model_dir="", warmup_steps=4, mixed_precision="mixed_float16")
   keras.utils.set_random_seed(0)
   model = Transformer(**MODEL.__dict__, dtype="mixed_float16")
-  optimizer = trainer.make_optimizer(MODEL, config)
+  optimizer = make_optimizer(MODEL, config)
   assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
   optimizer.build(model.trainable_variables)
   before = [w.numpy() for w in model.trainable_variables]
   iterator = iter(tf.data.Dataset.from_tensors(make_batch(8, 3, 8)).repeat())
-  step = trainer.make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1)
+  step = make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1)
   for _ in range(3):
     stats = step(iterator)
   assert np.isfinite(float(stats["loss"]))
@@ -120,16 +119,16 @@ def test_loss_scaled_float16_step_updates_finite_weights():
 _MIRRORED = """
 import json, sys
 import numpy as np, keras, tensorflow as tf
-from tf_transformer import trainer
 from tf_transformer.config import ModelConfig, TrainConfig
+from tf_transformer.runtime import set_up_runtime
+from tf_transformer.train_step import make_train_step
 from tf_transformer.model import Transformer
 
 MODEL = ModelConfig(**json.loads(sys.argv[1]))
 saved = np.load(sys.argv[2])
 batches = [tuple(saved[f"{i}_{j}"] for j in range(3)) for i in range(len(saved.files) // 3)]
 
-mirrored = trainer.set_up_runtime(TrainConfig(model_dir="", distribution="mirrored",
-                                              num_cpu_devices=2))
+mirrored = set_up_runtime(TrainConfig(model_dir="", distribution="mirrored", num_cpu_devices=2))
 assert mirrored.num_replicas_in_sync == 2
 
 def run(strategy, batches, steps):
@@ -144,7 +143,7 @@ def run(strategy, batches, steps):
   for batch in batches[1:]:
     dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
   iterator = iter(dataset.repeat())
-  step = trainer.make_train_step(model, optimizer, strategy, 0.1)
+  step = make_train_step(model, optimizer, strategy, 0.1)
   losses = [float(step(iterator)["loss"]) for _ in range(steps)]
   return [w.numpy() for w in model.weights], losses
 
@@ -163,9 +162,8 @@ def test_mirrored_step_equals_single_device_step(tmp_path):
   batches = [make_batch(1, 3, 7), make_batch(2, 1, 7), make_batch(3, 5, 11)]
   np.savez(tmp_path / "batches.npz", **{f"{i}_{j}": part for i, batch in enumerate(batches)
                                         for j, part in enumerate(batch)})
-  result = subprocess.run([sys.executable, "-c", _MIRRORED, json.dumps(MODEL.__dict__),
-                           str(tmp_path / "batches.npz")], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+  result = testutil.run_python(_MIRRORED, json.dumps(MODEL.__dict__),
+                               str(tmp_path / "batches.npz"))
   assert result.returncode == 0, result.stderr
   report = json.loads(result.stdout.strip().splitlines()[-1])
   assert report["max_weight_diff"] < 1e-5

@@ -1,70 +1,55 @@
 """The training command as a user runs it: one-line errors, interruption, resume, mirrored."""
 
-import gzip
 import json
 import math
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 
 import tensorflow as tf
 
 from data_pipeline import bucketing
+from tests import testutil
 from tf_transformer import model_dir as model_dir_lib
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_corpus(folder, lines=200):
-  with open(os.path.join(folder, "train.src"), "w") as src, \
-      open(os.path.join(folder, "train.tgt"), "w") as tgt:
-    for i in range(lines):
-      words = [f"w{(i * 7 + j) % 13}" for j in range(2 + i % 5)]
-      src.write(" ".join(words) + "\n")
-      tgt.write(" ".join(reversed(words)) + "\n")
+  """train.src/train.tgt: 2-6 words of 13, the target reversed."""
+  words = [[f"w{(i * 7 + j) % 13}" for j in range(2 + i % 5)] for i in range(lines)]
+  testutil.write_corpus(folder, "train", [" ".join(w) for w in words],
+                        [" ".join(reversed(w)) for w in words])
 
 
-def train_command(data_dir, model_dir, *args):
-  return [sys.executable, "-m", "tf_transformer.train", "--flagfile=flags/tiny.cfg",
-          f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--src_lang=src",
-          "--tgt_lang=tgt", "--dev_prefix=", *args]
+def train_args(data_dir, model_dir, *args):
+  return ["--flagfile=flags/tiny.cfg", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+          "--src_lang=src", "--tgt_lang=tgt", "--dev_prefix=", *args]
 
 
-def run(command):
-  return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
-def assert_one_line_error(result, expected):
-  assert result.returncode == 1, result.stderr
-  assert "Traceback" not in result.stderr
-  assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
+def train(data_dir, model_dir, *args):
+  return testutil.run_cli("tf_transformer.train", *train_args(data_dir, model_dir, *args))
 
 
 def test_mismatched_corpus_is_one_line_error(tmp_path):
-  (tmp_path / "train.src").write_text("a\nb\nc\n")
-  with gzip.open(tmp_path / "train.tgt.gz", "wt") as f:
-    f.write("x\ny\n")
-  result = run(train_command(tmp_path, tmp_path / "model"))
-  assert_one_line_error(result, f"{tmp_path}/train.src has 3 lines but {tmp_path}/train.tgt.gz "
-                        "has 2; parallel files must be line-aligned")
+  testutil.write_lines(tmp_path / "train.src", ["a", "b", "c"])
+  testutil.write_lines(tmp_path / "train.tgt.gz", ["x", "y"])
+  result = train(tmp_path, tmp_path / "model")
+  testutil.assert_one_line_error(
+      result, f"error: {tmp_path}/train.src has 3 lines but {tmp_path}/train.tgt.gz has 2; "
+      "parallel files must be line-aligned")
 
 
 def test_missing_flag_is_one_line_error(tmp_path):
-  result = run([sys.executable, "-m", "tf_transformer.train", "--flagfile=flags/tiny.cfg",
-                f"--model_dir={tmp_path}"])
-  assert_one_line_error(result, "--data_dir is required (the folder of the corpus files), or "
-                        "--dataset=tfds:NAME")
+  result = testutil.run_cli("tf_transformer.train", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={tmp_path}")
+  testutil.assert_one_line_error(result, "error: --data_dir is required (the folder of the "
+                                 "corpus files), or --dataset=tfds:NAME")
 
 
 def test_interrupt_saves_and_rerun_resumes(tmp_path):
   write_corpus(tmp_path)
-  command = train_command(tmp_path, tmp_path / "model", "--train_steps=100000",
-                          "--save_every=100000", "--eval_every=100000")
-  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+  process = testutil.start_cli("tf_transformer.train", *train_args(
+      tmp_path, tmp_path / "model", "--train_steps=100000", "--save_every=100000",
+      "--eval_every=100000"))
   deadline = time.time() + 240
   while not list((tmp_path / "model").glob("train/events.*")) and time.time() < deadline:
     time.sleep(1)  # the event file appears once the trainer is built, just before step 1
@@ -79,17 +64,17 @@ def test_interrupt_saves_and_rerun_resumes(tmp_path):
   assert step >= 1
   assert (tmp_path / "model" / f"ckpt-{step}.index").exists()
 
-  result = run(train_command(tmp_path, tmp_path / "model", f"--train_steps={step + 5}"))
+  result = train(tmp_path, tmp_path / "model", f"--train_steps={step + 5}")
   assert result.returncode == 0, result.stderr
   assert f"resumed from {tmp_path}/model/ckpt-{step} at step {step}" in result.stderr
 
 
 def test_corrupt_checkpoint_is_one_line_error(tmp_path):
   write_corpus(tmp_path)
-  assert run(train_command(tmp_path, tmp_path / "model", "--train_steps=2")).returncode == 0
+  assert train(tmp_path, tmp_path / "model", "--train_steps=2").returncode == 0
   data_file = next((tmp_path / "model").glob("ckpt-2.data-*"))
   data_file.write_bytes(b"\0" * 64)
-  result = run(train_command(tmp_path, tmp_path / "model", "--train_steps=4"))
+  result = train(tmp_path, tmp_path / "model", "--train_steps=4")
   assert result.returncode == 1, result.stderr
   assert "Traceback" not in result.stderr
   last = result.stderr.strip().splitlines()[-1]
@@ -99,28 +84,21 @@ def test_corrupt_checkpoint_is_one_line_error(tmp_path):
 
 def test_mirrored_on_two_logical_cpus(tmp_path):
   write_corpus(tmp_path)
-  result = run(train_command(tmp_path, tmp_path / "model", "--train_steps=3",
-                             "--distribution=mirrored", "--num_cpu_devices=2"))
+  result = train(tmp_path, tmp_path / "model", "--train_steps=3", "--distribution=mirrored",
+                 "--num_cpu_devices=2")
   assert result.returncode == 0, result.stderr
   assert '"step": 3' in result.stdout
 
 
-def free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def test_multi_worker_on_two_local_processes(tmp_path):
   write_corpus(tmp_path)
-  workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+  workers = [f"127.0.0.1:{testutil.free_port()}", f"127.0.0.1:{testutil.free_port()}"]
   processes = []
   for index in range(2):
     tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-    processes.append(subprocess.Popen(
-        train_command(tmp_path, tmp_path / "model", "--train_steps=3", "--save_every=2",
-                      "--distribution=multi_worker"),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    processes.append(testutil.start_cli(
+        "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=3",
+                                            "--save_every=2", "--distribution=multi_worker"),
         env=dict(os.environ, TF_CONFIG=json.dumps(tf_config))))
   outputs = [process.communicate(timeout=400) for process in processes]
   for process, (_, stderr) in zip(processes, outputs):
@@ -137,8 +115,8 @@ def test_multi_worker_on_two_local_processes(tmp_path):
 
 def test_xla_compiles_at_most_one_shape_per_bucket(tmp_path):
   write_corpus(tmp_path, lines=400)
-  result = run(train_command(tmp_path, tmp_path / "model", "--train_steps=40", "--jit_compile",
-                             "--nopadding_aware_ffn", "--eval_every=1000", "--save_every=1000"))
+  result = train(tmp_path, tmp_path / "model", "--train_steps=40", "--jit_compile",
+                 "--nopadding_aware_ffn", "--eval_every=1000", "--save_every=1000")
   assert result.returncode == 0, result.stderr
   compiled = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
   buckets = len(bucketing.bucket_boundaries(32 + 1))  # tiny.cfg: --max_length=32
@@ -147,16 +125,16 @@ def test_xla_compiles_at_most_one_shape_per_bucket(tmp_path):
 
 def test_jit_compile_needs_the_plain_ffn(tmp_path):
   write_corpus(tmp_path)
-  result = run(train_command(tmp_path, tmp_path / "model", "--jit_compile"))
-  assert_one_line_error(result, "--jit_compile and --distribution=tpu need --nopadding_aware_ffn "
-                        "(its gather of the real tokens has a data-dependent shape that XLA "
-                        "cannot compile)")
+  result = train(tmp_path, tmp_path / "model", "--jit_compile")
+  testutil.assert_one_line_error(
+      result, "error: --jit_compile and --distribution=tpu need --nopadding_aware_ffn (its "
+      "gather of the real tokens has a data-dependent shape that XLA cannot compile)")
 
 
 def test_tiny_preset_trains_in_bfloat16(tmp_path):
   write_corpus(tmp_path)
-  result = run(train_command(tmp_path, tmp_path / "model", "--train_steps=60",
-                             "--mixed_precision=mixed_bfloat16", "--eval_every=60"))
+  result = train(tmp_path, tmp_path / "model", "--train_steps=60",
+                 "--mixed_precision=mixed_bfloat16", "--eval_every=60")
   assert result.returncode == 0, result.stderr
   losses = [float(part.split(":")[1]) for line in result.stderr.splitlines() +
             result.stdout.splitlines() for part in line.split(" - ") if part.startswith("loss:")]

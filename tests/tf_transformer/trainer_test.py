@@ -1,15 +1,12 @@
 """Training end to end on a synthetic task: it learns, and a resumed run equals an unbroken one."""
 
-import os
 import random
 
 import numpy as np
-import pytest
-from absl import flags
 
-from tf_transformer import config, trainer
+from tests import testutil
+from tf_transformer import config, runtime, trainer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORDS = [chr(ord("a") + i) * 2 for i in range(20)]  # "aa" .. "tt": one subword piece each
 
 
@@ -17,47 +14,33 @@ def write_reversal_corpus(folder, seed=0, sizes=(("train", 3000), ("val", 100), 
   """Source: 2-8 random words; target: the same words reversed. Splits never share a seed."""
   rng = random.Random(seed)
   for split, count in sizes:
-    with open(os.path.join(folder, f"{split}.src"), "w") as src, \
-        open(os.path.join(folder, f"{split}.tgt"), "w") as tgt:
-      for _ in range(count):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(2, 8))]
-        src.write(" ".join(words) + "\n")
-        tgt.write(" ".join(reversed(words)) + "\n")
-
-
-def parse_flags(*args):
-  """Parses flags/tiny.cfg plus `args` afresh (no value left over from an earlier test)."""
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(["test", f"--flagfile={ROOT}/flags/tiny.cfg", *args])
+    sentences = [[rng.choice(WORDS) for _ in range(rng.randint(2, 8))] for _ in range(count)]
+    testutil.write_corpus(folder, split, [" ".join(words) for words in sentences],
+                          [" ".join(reversed(words)) for words in sentences])
 
 
 def build_trainer(data_dir, model_dir, *args):
   from data_pipeline.parallel_data import ParallelData
-  cwd = os.getcwd()
-  os.chdir(ROOT)
-  try:
-    parse_flags(f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--src_lang=src",
-                "--tgt_lang=tgt", *args)
-  finally:
-    os.chdir(cwd)
+  testutil.parse_flags("tiny", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                       "--src_lang=src", "--tgt_lang=tgt", *args)
   train_config = config.train_config_from_flags()
-  strategy = trainer.set_up_runtime(train_config)
+  strategy = runtime.set_up_runtime(train_config)
   data = ParallelData(config.data_config_from_flags(), model_dir)
   model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                  data.vocabulary.target_size)
-  return trainer.Trainer(data, model_config, train_config, config.decode_config_from_flags(),
-                         strategy)
+  return trainer.create_trainer(data, model_config, train_config,
+                                config.decode_config_from_flags(), strategy)
 
 
 def test_tiny_preset_learns_to_reverse(tmp_path):
   write_reversal_corpus(tmp_path)
   run = build_trainer(tmp_path, tmp_path / "model", "--test_prefix=test")
   results = run.train()
-  dev = run.evaluate()
+  dev = run.evaluator.evaluate(run.step)
   assert dev["accuracy"] >= 0.95, dev
   # the best checkpoint (restored by train) greedy-decodes unseen sentences
-  pairs = run.data.test_pairs()
-  outputs = run.translate([source for source, _ in pairs])
+  pairs = run.evaluator.data.test_pairs()
+  outputs = run.evaluator.translate([source for source, _ in pairs])
   correct = sum(output == reference for output, (_, reference) in zip(outputs, pairs))
   wrong = [(o, r) for o, (_, r) in zip(outputs, pairs) if o != r]
   # exact match of whole sentences moved between 44 and 45+ of 50 here with float rounding
@@ -72,7 +55,7 @@ def test_tiny_preset_learns_to_reverse(tmp_path):
 
 def test_resume_equals_uninterrupted_run(tmp_path):
   write_reversal_corpus(tmp_path, sizes=(("train", 500), ("val", 10)))
-  common = ("--deterministic", "--dropout=0.1", "--eval_every=1000", "--save_every=1000")
+  common = ("--deterministic", "--dropout_rate=0.1", "--eval_every=1000", "--save_every=1000")
   whole = build_trainer(tmp_path, tmp_path / "whole", "--train_steps=40", *common)
   whole.train()
   expected = [v.numpy() for v in whole.model.weights]
@@ -93,12 +76,13 @@ def test_checkpoint_holds_every_weight(tmp_path):
 
   import tensorflow as tf
 
+  from tf_transformer import model_dir as model_dir_lib
   from tf_transformer.model import Transformer
 
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
-  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--dropout=0.1")
+  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--dropout_rate=0.1")
   run.train()
-  fresh = Transformer(**dataclasses.asdict(run.model_config))
+  fresh = Transformer(**dataclasses.asdict(model_dir_lib.read_config(str(tmp_path / "model"))))
   path = tf.train.latest_checkpoint(str(tmp_path / "model"))
   tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
   assert len(fresh.weights) == len(run.model.weights)
@@ -117,25 +101,3 @@ def summary_tags(folder):
     for event in tf.compat.v1.train.summary_iterator(str(path)):
       tags.update(value.tag for value in event.summary.value)
   return tags
-
-
-def test_early_stopping_and_best_checkpoint(tmp_path):
-  write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
-  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--early_stopping=2")
-  scores = iter([10.0, 12.0, 11.0, 12.0, 13.0])
-  run.evaluate = lambda: {"bleu": next(scores)}
-  stops = [run._evaluate_and_select() for _ in range(3)]
-  assert stops == [False, False, False]  # 10, then 12 (best), then one evaluation worse
-  assert float(run.best_bleu.numpy()) == 12.0
-  assert run._evaluate_and_select()  # 12 does not beat 12: second evaluation without gain
-  assert os.path.basename(run.best_manager.latest_checkpoint) == "ckpt-0"
-
-
-def test_flag_errors_name_the_flag(tmp_path):
-  with pytest.raises(config.FlagError, match="--data_dir is required"):
-    parse_flags()
-    config.data_config_from_flags()
-  with pytest.raises(config.FlagError, match=r"--d_model \(60\) must be divisible by "
-                                             r"--num_heads \(8\)"):
-    parse_flags("--d_model=60", "--num_heads=8")
-    config.model_config_from_flags(100, 100)

@@ -79,8 +79,15 @@ class MultiHeadAttention(keras.layers.Layer):
     output = tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
     return tf.reshape(output, [batch, length, self.d_model])
 
-  def call(self, query, bias, memory=None, cache=None, decode_index=None, training=None,
-           return_weights=False):
+  def _queries_keys_values(self, query, memory):
+    """Projects query [B, T, d_model] and, for cross-attention, memory [B, S, d_model]:
+    returns query [B, H, T, D] and key/value [B, H, T or S, D]."""
+    if self.self_attention:
+      return self._project(query, self.qkv_kernel, 3)
+    key, value = self._project(memory, self.kv_kernel, 2)
+    return self._project(query, self.q_kernel, 1)[0], key, value
+
+  def call(self, query, bias, memory=None, cache=None, decode_index=None, training=None):
     """Attends from `query` to itself (self-attention) or to `memory` (cross-attention).
 
     Args:
@@ -95,33 +102,38 @@ class MultiHeadAttention(keras.layers.Layer):
         used as they are, never copied per query.
       decode_index: int32 scalar, the position of query[:, 0] (with a self-attention cache).
       training: enables attention dropout.
-      return_weights: also return the attention weights float32 [B, H, T, S].
 
     Returns:
-      [B, T, d_model]; with a self-attention cache, the tuple (output, updated cache); with
-      `return_weights`, the weights are appended (output, [cache,] weights).
+      (output [B, T, d_model], cache): the cache with the new keys/values written
+      (self-attention), as given (cross-attention), or None when called without one. The
+      attention weights come from `attention_weights`.
     """
-    extra = ()
-    if self.self_attention:
+    if cache is None:
+      query, key, value = self._queries_keys_values(query, memory)
+      context, _ = self._attend(query, key, value, bias, training)
+    elif self.self_attention:
       query, key, value = self._project(query, self.qkv_kernel, 3)
-      if cache is not None:
-        cache = self._write_cache(cache, key, value, decode_index)
-        key, value = cache["key"], cache["value"]
-        extra = (cache,)
-      context, weights = self._attend(query, key, value, bias, training)
+      cache = self._write_cache(cache, key, value, decode_index)
+      context, _ = self._attend(query, cache["key"], cache["value"], bias, training)
     else:
       query = self._project(query, self.q_kernel, 1)[0]
-      if cache is None:
-        key, value = self._project(memory, self.kv_kernel, 2)
-        context, weights = self._attend(query, key, value, bias, training)
-      else:
-        context, weights = self._attend_shared(query, cache["key"], cache["value"], bias,
-                                               training, return_weights)
-    outputs = (self._output(context),) + extra + ((weights,) if return_weights else ())
-    return outputs[0] if len(outputs) == 1 else outputs
+      context = self._attend_shared(query, cache["key"], cache["value"], bias, training)
+    return self._output(context), cache
 
-  def _attend_shared(self, query, key, value, bias, training, return_weights):
-    """`_attend` for query [B * K, H, T, D] over key/value [B, H, S, D], bias [B, 1, 1, S].
+  def attention_weights(self, query, bias, memory=None):
+    """The attention weights of `call` without a cache, in inference (no dropout).
+
+    Args: as `call`.
+
+    Returns:
+      float32 [B, H, T, S]; each row sums to 1 over the keys the bias leaves visible.
+    """
+    query, key, value = self._queries_keys_values(query, memory)
+    return self._attend(query, key, value, bias, training=False)[1]
+
+  def _attend_shared(self, query, key, value, bias, training):
+    """`_attend`'s context for query [B * K, H, T, D] over key/value [B, H, S, D], bias
+    [B, 1, 1, S]: [B * K, H, T, D].
 
     The K queries of one source are folded into its time axis ([B, H, K * T, D]): one matmul
     per source instead of K copies of its keys and values.
@@ -131,11 +143,10 @@ class MultiHeadAttention(keras.layers.Layer):
     _, heads, length, depth = tf.unstack(tf.shape(query))
     folded = tf.reshape(query, [batch, shared, heads, length, depth])
     folded = tf.reshape(tf.transpose(folded, [0, 2, 1, 3, 4]), [batch, heads, -1, depth])
-    context, weights = self._attend(folded, key, value, bias, training)
-    unfold = lambda x: tf.reshape(  # noqa: E731  [B, H, K * T, X] -> [B * K, H, T, X]
-        tf.transpose(tf.reshape(x, [batch, heads, shared, length, -1]), [0, 2, 1, 3, 4]),
-        [batch * shared, heads, length, -1])
-    return unfold(context), unfold(weights) if return_weights else None
+    context, _ = self._attend(folded, key, value, bias, training)
+    context = tf.reshape(context, [batch, heads, shared, length, depth])
+    return tf.reshape(tf.transpose(context, [0, 2, 1, 3, 4]),  # -> [B, K, H, T, D]
+                      [batch * shared, heads, length, depth])
 
   @staticmethod
   def _write_cache(cache, key, value, decode_index):

@@ -5,7 +5,7 @@ Biases are built once per batch and added to the attention logits of every layer
 
 import tensorflow as tf
 
-PAD_ID = 0
+from data_pipeline.token_ids import PAD_ID
 
 
 def large_negative(dtype) -> float:
@@ -53,3 +53,20 @@ def decoder_self_attention_bias(target_ids: tf.Tensor, dtype=tf.float32) -> tf.T
   """
   length = tf.shape(target_ids)[1]
   return tf.minimum(causal_bias(length, dtype), padding_bias(target_ids, dtype))
+
+
+def cached_step_bias(max_length, decode_index, dtype=tf.float32) -> tf.Tensor:
+  """Bias of the decoder's self-attention at one cached decoding step.
+
+  The key/value buffers have `max_length` slots; the slots after `decode_index` are not
+  written yet and must stay hidden (the causal mask of a one-token query).
+
+  Args:
+    max_length: int32 scalar, the buffers' length.
+    decode_index: int32 scalar, the position of the token being fed.
+
+  Returns:
+    [1, 1, 1, max_length]: 0 at slots <= decode_index, large negative after.
+  """
+  future = tf.cast(tf.range(max_length) > decode_index, dtype)
+  return (future * large_negative(dtype))[tf.newaxis, tf.newaxis, tf.newaxis, :]

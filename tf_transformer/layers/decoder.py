@@ -3,9 +3,6 @@
 import keras
 import tensorflow as tf
 
-from tf_transformer.layers.attention import MultiHeadAttention
-from tf_transformer.layers.feed_forward import FeedForward
-from tf_transformer.layers.residual import ResidualNorm
 from tf_transformer.layers.stack import LayerStack, TransformerLayer
 
 
@@ -16,20 +13,12 @@ class DecoderLayer(TransformerLayer):
   def __init__(self, *args, **kwargs):
     """Takes TransformerLayer's arguments."""
     super().__init__(*args, **kwargs)
-    policy = self.dtype_policy
-    heads, attention_dropout = self.num_heads, self.attention_dropout_rate
-    self.self_attention = MultiHeadAttention(heads, attention_dropout, True,
-                                             name="self_attention", dtype=policy)
-    self.self_attention_block = ResidualNorm(self.dropout_rate, self.norm_position,
-                                             name="self_attention_block", dtype=policy)
-    self.cross_attention = MultiHeadAttention(heads, attention_dropout, False,
-                                              name="cross_attention", dtype=policy)
-    self.cross_attention_block = ResidualNorm(self.dropout_rate, self.norm_position,
-                                              name="cross_attention_block", dtype=policy)
-    self.ffn = FeedForward(self.d_ff, self.relu_dropout_rate, self.padding_aware_ffn,
-                           name="ffn", dtype=policy)
-    self.ffn_block = ResidualNorm(self.dropout_rate, self.norm_position, name="ffn_block",
-                                  dtype=policy)
+    self.self_attention = self._attention("self_attention", self_attention=True)
+    self.self_attention_block = self._residual("self_attention_block")
+    self.cross_attention = self._attention("cross_attention", self_attention=False)
+    self.cross_attention_block = self._residual("cross_attention_block")
+    self.ffn = self._feed_forward()
+    self.ffn_block = self._residual("ffn_block")
 
   def build(self, inputs_shape, *args, **kwargs):
     for layer in (self.self_attention, self.self_attention_block, self.cross_attention_block,
@@ -37,8 +26,15 @@ class DecoderLayer(TransformerLayer):
       layer.build(inputs_shape)
     self.cross_attention.build(inputs_shape, inputs_shape)
 
+  def _self_attention_sublayer(self, inputs, bias, cache, decode_index, training):
+    """The self-attention sublayer with its residual block: (output, updated cache)."""
+    block = self.self_attention_block
+    y, cache = self.self_attention(block.sublayer_input(inputs), bias, cache=cache,
+                                   decode_index=decode_index, training=training)
+    return block(inputs, y, training=training), cache
+
   def call(self, inputs, memory, self_attention_bias, cross_attention_bias, padding_mask=None,
-           cache=None, decode_index=None, training=None, return_attention=False):
+           cache=None, decode_index=None, training=None):
     """Decodes one layer.
 
     Args:
@@ -46,7 +42,7 @@ class DecoderLayer(TransformerLayer):
       memory: [batch, source_length, d_model] encoder output (unused when `cache` holds the
         projected cross-attention keys/values).
       self_attention_bias: float32 [batch or 1, 1, length, length], or
-        [batch, 1, 1, max_length] with a cache.
+        [batch or 1, 1, 1, max_length] with a cache.
       cross_attention_bias: float32 [sources, 1, 1, source_length].
       padding_mask: bool [batch, length], True at real tokens (for the padding-aware FFN).
       cache: dict {"self": {"key", "value"} [batch, heads, max_length, depth],
@@ -54,36 +50,30 @@ class DecoderLayer(TransformerLayer):
         serves batch / sources consecutive rows (the hypotheses of a beam).
       decode_index: int32 scalar, the position of inputs[:, 0] when decoding with a cache.
       training: enables dropout.
-      return_attention: without a cache, also return the cross-attention weights float32
-        [batch, heads, length, source_length].
 
     Returns:
-      [batch, length, d_model]; with a cache, the tuple (output, updated self-attention
-      cache); with `return_attention`, the tuple (output, cross-attention weights).
+      (output [batch, length, d_model], the updated "self" cache or None without a cache).
     """
-    block = self.self_attention_block
-    if cache is None:
-      y = self.self_attention(block.sublayer_input(inputs), self_attention_bias,
-                              training=training)
-      cross_cache = None
-    else:
-      y, self_cache = self.self_attention(block.sublayer_input(inputs), self_attention_bias,
-                                          cache=cache["self"], decode_index=decode_index,
-                                          training=training)
-      cross_cache = cache["cross"]
-    x = block(inputs, y, training=training)
+    self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
+    x, self_cache = self._self_attention_sublayer(inputs, self_attention_bias, self_cache,
+                                                  decode_index, training)
     block = self.cross_attention_block
-    y = self.cross_attention(block.sublayer_input(x), cross_attention_bias, memory=memory,
-                             cache=cross_cache, training=training,
-                             return_weights=return_attention)
-    if return_attention:
-      y, weights = y
+    y, _ = self.cross_attention(block.sublayer_input(x), cross_attention_bias, memory=memory,
+                                cache=cross_cache, training=training)
     x = block(x, y, training=training)
     y = self.ffn(self.ffn_block.sublayer_input(x), padding_mask, training=training)
-    x = self.ffn_block(x, y, training=training)
-    if cache is not None:
-      return x, self_cache
-    return (x, weights) if return_attention else x
+    return self.ffn_block(x, y, training=training), self_cache
+
+  def cross_attention_weights(self, inputs, memory, self_attention_bias,
+                              cross_attention_bias):
+    """The cross-attention weights of `call` without a cache, in inference.
+
+    Returns:
+      float32 [batch, heads, length, source_length].
+    """
+    x, _ = self._self_attention_sublayer(inputs, self_attention_bias, None, None, False)
+    return self.cross_attention.attention_weights(
+        self.cross_attention_block.sublayer_input(x), cross_attention_bias, memory)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -112,24 +102,21 @@ class Decoder(LayerStack):
     return {"self": self_caches, "cross": cross_caches}
 
   def call(self, inputs, memory, self_attention_bias, cross_attention_bias, padding_mask=None,
-           cache=None, decode_index=None, training=None, return_attention=False):
-    """inputs [batch, length, d_model] embedded targets -> [batch, length, d_model].
+           cache=None, decode_index=None, training=None):
+    """inputs [batch, length, d_model] embedded targets -> (output, cache).
 
     See DecoderLayer.call for the arguments. `cache` is the dict from `init_cache` (its "self"
-    part may have K times the rows of its "cross" part); with it the result is the tuple
-    (output, updated cache). Without a cache, `return_attention` adds the last layer's
-    cross-attention weights averaged over heads, float32 [batch, length, source_length].
+    part may have K times the rows of its "cross" part).
+
+    Returns:
+      (output [batch, length, d_model], the updated cache, or None without a cache).
     """
     x = inputs
     if cache is None:
-      last = len(self.stack) - 1
-      for i, layer in enumerate(self.stack):
-        x = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
-                  training=training, return_attention=return_attention and i == last)
-      if return_attention:
-        x, weights = x
-        return self.final_norm(x), tf.reduce_mean(weights, axis=1)
-      return self.final_norm(x)
+      for layer in self.stack:
+        x, _ = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
+                     training=training)
+      return self.final_norm(x), None
     self_caches = []
     for layer, self_cache, cross_cache in zip(self.stack, cache["self"], cache["cross"]):
       x, self_cache = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
@@ -137,3 +124,19 @@ class Decoder(LayerStack):
                             decode_index=decode_index, training=training)
       self_caches.append(self_cache)
     return self.final_norm(x), {"self": self_caches, "cross": cache["cross"]}
+
+  def cross_attention_weights(self, inputs, memory, self_attention_bias, cross_attention_bias,
+                              padding_mask=None):
+    """The last layer's cross-attention weights in inference, averaged over heads.
+
+    Args: as `call` without a cache.
+
+    Returns:
+      float32 [batch, length, source_length].
+    """
+    x = inputs
+    for layer in self.stack[:-1]:
+      x, _ = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask)
+    weights = self.stack[-1].cross_attention_weights(x, memory, self_attention_bias,
+                                                     cross_attention_bias)
+    return tf.reduce_mean(weights, axis=1)

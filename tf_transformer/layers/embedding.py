@@ -5,7 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
-from tf_transformer.layers.attention_bias import PAD_ID
+from data_pipeline.token_ids import PAD_ID
 
 
 def positional_encoding(positions: tf.Tensor, d_model: int, dtype=tf.float32) -> tf.Tensor:

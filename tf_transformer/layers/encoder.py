@@ -2,9 +2,6 @@
 
 import keras
 
-from tf_transformer.layers.attention import MultiHeadAttention
-from tf_transformer.layers.feed_forward import FeedForward
-from tf_transformer.layers.residual import ResidualNorm
 from tf_transformer.layers.stack import LayerStack, TransformerLayer
 
 
@@ -15,15 +12,10 @@ class EncoderLayer(TransformerLayer):
   def __init__(self, *args, **kwargs):
     """Takes TransformerLayer's arguments."""
     super().__init__(*args, **kwargs)
-    policy = self.dtype_policy
-    self.self_attention = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, True,
-                                             name="self_attention", dtype=policy)
-    self.attention_block = ResidualNorm(self.dropout_rate, self.norm_position,
-                                        name="attention_block", dtype=policy)
-    self.ffn = FeedForward(self.d_ff, self.relu_dropout_rate, self.padding_aware_ffn,
-                           name="ffn", dtype=policy)
-    self.ffn_block = ResidualNorm(self.dropout_rate, self.norm_position, name="ffn_block",
-                                  dtype=policy)
+    self.self_attention = self._attention("self_attention", self_attention=True)
+    self.attention_block = self._residual("attention_block")
+    self.ffn = self._feed_forward()
+    self.ffn_block = self._residual("ffn_block")
 
   def build(self, inputs_shape, *args, **kwargs):
     for layer in (self.self_attention, self.attention_block, self.ffn, self.ffn_block):
@@ -40,7 +32,8 @@ class EncoderLayer(TransformerLayer):
     Returns:
       [batch, length, d_model].
     """
-    y = self.self_attention(self.attention_block.sublayer_input(inputs), bias, training=training)
+    y, _ = self.self_attention(self.attention_block.sublayer_input(inputs), bias,
+                               training=training)
     x = self.attention_block(inputs, y, training=training)
     y = self.ffn(self.ffn_block.sublayer_input(x), padding_mask, training=training)
     return self.ffn_block(x, y, training=training)

@@ -1,8 +1,10 @@
-"""What the encoder and decoder share: a layer's hyper-parameters, and the stack of layers."""
+"""What the encoder and decoder share: a layer's hyper-parameters and sublayers, and the stack."""
 
 import keras
 
-from tf_transformer.layers.residual import FinalNorm
+from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.feed_forward import FeedForward
+from tf_transformer.layers.residual import FinalNorm, ResidualNorm
 
 _LAYER_ARGS = ("num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
                "relu_dropout_rate", "norm_position", "padding_aware_ffn")
@@ -32,6 +34,18 @@ class TransformerLayer(keras.layers.Layer):
     self.relu_dropout_rate = relu_dropout_rate
     self.norm_position = norm_position
     self.padding_aware_ffn = padding_aware_ffn
+
+  def _attention(self, name: str, self_attention: bool) -> MultiHeadAttention:
+    return MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self_attention,
+                              name=name, dtype=self.dtype_policy)
+
+  def _residual(self, name: str) -> ResidualNorm:
+    """The dropout, residual add and layer norm around one sublayer."""
+    return ResidualNorm(self.dropout_rate, self.norm_position, name=name, dtype=self.dtype_policy)
+
+  def _feed_forward(self) -> FeedForward:
+    return FeedForward(self.d_ff, self.relu_dropout_rate, self.padding_aware_ffn, name="ffn",
+                       dtype=self.dtype_policy)
 
   def compute_output_shape(self, inputs_shape, *args, **kwargs):
     return inputs_shape

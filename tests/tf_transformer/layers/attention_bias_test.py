@@ -52,3 +52,11 @@ def test_large_negative_float16_is_finite_and_masks_exactly():
   assert weights[0, 0, 0, 2] == 0.0
   assert np.all(np.isfinite(weights))
   np.testing.assert_allclose(weights.astype(np.float64).sum(), 1.0, atol=1e-3)
+
+
+def test_cached_step_bias_hides_the_slots_not_written_yet():
+  bias = attention_bias.cached_step_bias(5, tf.constant(2)).numpy()
+  assert bias.shape == (1, 1, 1, 5)
+  np.testing.assert_array_equal(bias[0, 0, 0], [0.0, 0.0, 0.0, -1e9, -1e9])
+  # it is the causal bias's row for that position, over the whole buffer
+  np.testing.assert_array_equal(bias[0, 0, 0], attention_bias.causal_bias(5).numpy()[0, 0, 2])

@@ -5,16 +5,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import testutil
 from tf_transformer.layers import attention_bias
 from tf_transformer.layers.attention import MultiHeadAttention
 
 D_MODEL = 16
-
-
-def _softmax(x):
-  x = x - x.max(axis=-1, keepdims=True)
-  e = np.exp(x)
-  return e / e.sum(axis=-1, keepdims=True)
 
 
 def _split_heads(x, num_heads):
@@ -29,7 +24,7 @@ def _reference(query, memory, q_w, k_w, v_w, out_w, bias, num_heads):
   v = _split_heads(memory @ v_w, num_heads)
   depth = q.shape[-1]
   logits = q @ k.transpose(0, 1, 3, 2) * depth**-0.5 + bias
-  context = _softmax(logits) @ v  # [B, H, T, D]
+  context = testutil.softmax(logits) @ v  # [B, H, T, D]
   b, h, t, dd = context.shape
   context = context.transpose(0, 2, 1, 3).reshape(b, t, h * dd)
   return context @ out_w
@@ -63,7 +58,7 @@ def test_self_attention_matches_numpy_reference(num_heads):
   x = rng.normal(size=(2, 5, D_MODEL)).astype(np.float32)
   ids = tf.constant([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0]], tf.int32)
   bias = attention_bias.padding_bias(ids)
-  out = layer(tf.constant(x), bias, training=False).numpy()
+  out = layer(tf.constant(x), bias, training=False)[0].numpy()
   q_w, k_w, v_w, o_w = _self_weights(layer)
   ref = _reference(x.astype(np.float64), x.astype(np.float64), q_w, k_w, v_w, o_w,
                    bias.numpy().astype(np.float64), num_heads)
@@ -76,7 +71,7 @@ def test_self_attention_with_causal_bias_matches_reference():
   layer = _self_layer(num_heads, seed=3)
   x = np.random.default_rng(3).normal(size=(1, 4, D_MODEL)).astype(np.float32)
   bias = attention_bias.causal_bias(4)
-  out = layer(tf.constant(x), bias, training=False).numpy()
+  out = layer(tf.constant(x), bias, training=False)[0].numpy()
   ref = _reference(x.astype(np.float64), x.astype(np.float64), *_self_weights(layer),
                    bias.numpy().astype(np.float64), num_heads)
   np.testing.assert_allclose(out, ref, atol=1e-5)
@@ -94,8 +89,8 @@ def test_masked_keys_do_not_affect_output():
   changed = x.copy()
   changed[0, 3:] = rng.normal(size=(3, D_MODEL)) * 10.0
   changed[1, 4:] = rng.normal(size=(2, D_MODEL)) * 10.0
-  out = layer(tf.constant(x), bias, training=False).numpy()
-  out_changed = layer(tf.constant(changed), bias, training=False).numpy()
+  out = layer(tf.constant(x), bias, training=False)[0].numpy()
+  out_changed = layer(tf.constant(changed), bias, training=False)[0].numpy()
   real = ids.numpy() != 0
   np.testing.assert_allclose(out_changed[real], out[real], atol=1e-6)
 
@@ -108,7 +103,7 @@ def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads):
   memory = rng.normal(size=(2, 5, D_MODEL)).astype(np.float32)
   source_ids = tf.constant([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]], tf.int32)
   bias = attention_bias.padding_bias(source_ids)
-  out = layer(tf.constant(query), bias, memory=tf.constant(memory), training=False).numpy()
+  out = layer(tf.constant(query), bias, memory=tf.constant(memory), training=False)[0].numpy()
   kv = layer.kv_kernel.numpy().astype(np.float64)
   ref = _reference(query.astype(np.float64), memory.astype(np.float64),
                    layer.q_kernel.numpy().astype(np.float64), kv[:, :D_MODEL],
@@ -120,12 +115,12 @@ def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads):
   changed = memory.copy()
   changed[0, 3:] = 100.0
   out_changed = layer(tf.constant(query), bias, memory=tf.constant(changed),
-                      training=False).numpy()
+                      training=False)[0].numpy()
   np.testing.assert_allclose(out_changed, out, atol=1e-6)
 
   # projected memory used as a cache gives the same result
   cached = layer(tf.constant(query), bias, cache=layer.project_memory(tf.constant(memory)),
-                 training=False).numpy()
+                 training=False)[0].numpy()
   np.testing.assert_allclose(cached, out, atol=1e-6)
 
 
@@ -135,12 +130,12 @@ def test_attention_weights_match_reference():
   query = rng.normal(size=(2, 3, D_MODEL))
   memory = rng.normal(size=(2, 4, D_MODEL))
   bias = attention_bias.padding_bias(tf.constant([[1, 2, 0, 0], [3, 4, 5, 6]])).numpy()
-  _, weights = layer(tf.constant(query, tf.float32), bias, memory=tf.constant(memory, tf.float32),
-                     training=False, return_weights=True)
+  weights = layer.attention_weights(tf.constant(query, tf.float32), bias,
+                                    tf.constant(memory, tf.float32))
   kv = layer.kv_kernel.numpy().astype(np.float64)
   q = _split_heads(query @ layer.q_kernel.numpy().astype(np.float64), 2)
   k = _split_heads(memory @ kv[:, :D_MODEL], 2)
-  expected = _softmax(q @ k.transpose(0, 1, 3, 2) * (D_MODEL // 2)**-0.5 + bias)
+  expected = testutil.softmax(q @ k.transpose(0, 1, 3, 2) * (D_MODEL // 2)**-0.5 + bias)
   np.testing.assert_allclose(weights.numpy(), expected, atol=1e-6)
   np.testing.assert_array_equal(weights.numpy()[0, :, :, 2:], 0.0)
 
@@ -154,19 +149,18 @@ def test_beam_queries_share_one_copy_of_the_memory():
   memory = tf.constant(rng.normal(size=(2, 5, D_MODEL)), tf.float32)
   query = tf.constant(rng.normal(size=(2 * beams, 1, D_MODEL)), tf.float32)
   bias = attention_bias.padding_bias(tf.constant([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]))
-  shared, shared_weights = layer(query, bias, cache=layer.project_memory(memory),
-                                 training=False, return_weights=True)
+  shared, cache = layer(query, bias, cache=layer.project_memory(memory), training=False)
   tiled = tf.repeat(memory, beams, axis=0)
-  expected, expected_weights = layer(query, tf.repeat(bias, beams, axis=0), memory=tiled,
-                                     training=False, return_weights=True)
+  expected, no_cache = layer(query, tf.repeat(bias, beams, axis=0), memory=tiled,
+                             training=False)
   np.testing.assert_allclose(shared.numpy(), expected.numpy(), atol=1e-6)
-  np.testing.assert_allclose(shared_weights.numpy(), expected_weights.numpy(), atol=1e-6)
+  assert cache["key"].shape[0] == 2 and no_cache is None  # the cross cache is returned as is
 
 
 def test_self_attention_cache_writes_at_decode_index():
   layer = _self_layer(2, seed=7)
   x = np.random.default_rng(7).normal(size=(1, 3, D_MODEL)).astype(np.float32)
-  full = layer(tf.constant(x), attention_bias.causal_bias(3), training=False).numpy()
+  full = layer(tf.constant(x), attention_bias.causal_bias(3), training=False)[0].numpy()
   max_length = 5
   zeros = tf.zeros([1, 2, max_length, D_MODEL // 2])
   cache = {"key": zeros, "value": zeros}
@@ -191,7 +185,7 @@ def test_attention_config_round_trip():
   clone.set_weights(layer.get_weights())
   x = tf.random.stateless_normal([1, 3, D_MODEL], seed=[1, 2])
   bias = tf.zeros([1, 1, 1, 3])
-  np.testing.assert_array_equal(clone(x, bias, training=False).numpy(),
-                                layer(x, bias, training=False).numpy())
+  np.testing.assert_array_equal(clone(x, bias, training=False)[0].numpy(),
+                                layer(x, bias, training=False)[0].numpy())
   cross = MultiHeadAttention.from_config(_cross_layer(2).get_config())
   assert cross.self_attention is False and cross.num_heads == 2

@@ -1,9 +1,5 @@
-"""Downloads a parallel corpus and checks every file before keeping it.
-
-Usage:
-  python -m data_pipeline.download multi30k --out data/multi30k [--base_url URL]
-  python -m data_pipeline.download iwslt15_en_vi --out data/iwslt15_en_vi [--base_url URL]
-  python -m data_pipeline.download iwslt17_de_en --out data/iwslt17_de_en [--base_url URL]
+"""The public parallel corpora this project fetches, and their download with a check of every
+file before it is kept (the CLI is `python -m tf_transformer.download NAME --out DIR`).
 
 Datasets (each `{split}.{lang}` file is one sentence a line, line-aligned across languages):
   multi30k: Multi30k task 1 (en, de, fr, cs) from github.com/multi30k/dataset, gzipped as
@@ -34,15 +30,7 @@ import urllib.request
 import zlib
 from typing import Mapping
 
-from absl import app
-from absl import flags
-
 from data_pipeline import wit3
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), or "
-                    "of the TFDS dataset data_pipeline.build writes.")
-flags.DEFINE_string("base_url", None, "Overrides the URL the dataset files are fetched from.")
 
 _TIMEOUT_S = 30
 _CHUNK_BYTES = 1 << 16
@@ -311,21 +299,3 @@ def download(name: str, out_dir: str, base_url: str | None = None,
   finally:
     run.close()
   return [os.path.join(out_dir, fname) for fname in spec.files]
-
-
-def main(argv: list[str]) -> None:
-  if len(argv) != 2:
-    print(f"error: usage: python -m data_pipeline.download {{{'|'.join(DATASETS)}}} --out DIR "
-          "[--base_url URL]", file=sys.stderr)
-    sys.exit(1)
-  out = FLAGS.out or os.path.join("data", argv[1])
-  try:
-    paths = download(argv[1], out, base_url=FLAGS.base_url)
-  except (DownloadError, OSError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  print(f"{len(paths)} files checked in {out}")
-
-
-if __name__ == "__main__":
-  app.run(main)

@@ -1,4 +1,4 @@
-"""Tests for data_pipeline.download against loopback HTTP servers (no internet access)."""
+"""Tests for data_pipeline.public_corpora against loopback HTTP servers (no internet access)."""
 
 import contextlib
 import dataclasses
@@ -6,26 +6,20 @@ import functools
 import gzip
 import html
 import http.server
-import io
 import os
-import socket
-import subprocess
-import sys
-import tarfile
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from data_pipeline import download
+from data_pipeline import public_corpora
+from tests import testutil
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-SHARED_MULTI30K = SHARED_DATA / "multi30k"
-SHARED_IWSLT15 = SHARED_DATA / "iwslt15_en_vi"
-SHARED_IWSLT17 = SHARED_DATA / "iwslt17_en_de"
-MULTI30K_FILES = download.DATASETS["multi30k"].files
+SHARED_MULTI30K = testutil.SHARED_DATA / "multi30k"
+SHARED_IWSLT15 = testutil.SHARED_DATA / "iwslt15_en_vi"
+SHARED_IWSLT17 = testutil.SHARED_DATA / "iwslt17_en_de"
+MULTI30K_FILES = public_corpora.DATASETS["multi30k"].files
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -51,9 +45,7 @@ def _serve(directory):
 
 def _dead_url():
   """Returns a loopback URL whose port has nothing listening."""
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return f"http://127.0.0.1:{s.getsockname()[1]}"
+  return f"http://127.0.0.1:{testutil.free_port()}"
 
 
 def _gunzipped_lines(path):
@@ -75,7 +67,7 @@ def multi30k_dir(tmp_path_factory):
     pytest.skip(f"{SHARED_MULTI30K} is absent")
   out = tmp_path_factory.mktemp("multi30k")
   with _serve(SHARED_MULTI30K) as url:
-    paths = download.download("multi30k", out, base_url=url, progress=False)
+    paths = public_corpora.download("multi30k", out, base_url=url, progress=False)
   assert paths == [str(out / name) for name in MULTI30K_FILES]
   return out
 
@@ -92,7 +84,7 @@ def test_downloads_all_files(multi30k_dir):
 def test_rerun_is_idempotent(multi30k_dir):
   before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in multi30k_dir.iterdir()}
   # Nothing is fetched again: the run succeeds with no server at all.
-  paths = download.download("multi30k", multi30k_dir, base_url=_dead_url(), progress=False)
+  paths = public_corpora.download("multi30k", multi30k_dir, base_url=_dead_url(), progress=False)
   assert paths == [str(multi30k_dir / name) for name in MULTI30K_FILES]
   after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in multi30k_dir.iterdir()}
   assert after == before
@@ -105,8 +97,8 @@ def test_truncated_file_is_rejected(tmp_path):
     n = 3 if name == "train.en.gz" else lines
     (served / name).write_bytes(gzip.compress(b"a caption\n" * n))
   out = tmp_path / "out"
-  with _serve(served) as url, pytest.raises(download.DownloadError) as exc:
-    download.download("multi30k", out, base_url=url, progress=False)
+  with _serve(served) as url, pytest.raises(public_corpora.DownloadError) as exc:
+    public_corpora.download("multi30k", out, base_url=url, progress=False)
   path = os.path.join(out, "train.en.gz")
   assert str(exc.value) == (
       f"{path}: expected 29000 lines, got 3 (corrupt or truncated download)")
@@ -119,39 +111,26 @@ def test_not_gzip_is_rejected(tmp_path):
   served.mkdir()
   for name in MULTI30K_FILES:
     (served / name).write_bytes(b"<html>not found</html>\n")
-  with _serve(served) as url, pytest.raises(download.DownloadError, match="not a gzip file"):
-    download.download("multi30k", tmp_path / "out", base_url=url, progress=False)
+  with _serve(served) as url, pytest.raises(public_corpora.DownloadError, match="not a gzip file"):
+    public_corpora.download("multi30k", tmp_path / "out", base_url=url, progress=False)
 
 
 def test_unreachable_server_names_data_dir(tmp_path):
-  with pytest.raises(download.DownloadError) as exc:
-    download.download("multi30k", tmp_path, base_url=_dead_url(), progress=False)
+  with pytest.raises(public_corpora.DownloadError) as exc:
+    public_corpora.download("multi30k", tmp_path, base_url=_dead_url(), progress=False)
   assert "--data_dir" in str(exc.value)
   assert str(exc.value).startswith("cannot download http://127.0.0.1:")
 
 
 def test_unknown_dataset():
-  with pytest.raises(download.DownloadError, match="known: multi30k"):
-    download.download("nope", "unused", progress=False)
-
-
-def test_cli_failure_is_one_line(tmp_path):
-  result = subprocess.run(
-      [sys.executable, "-m", "data_pipeline.download", "multi30k", "--out", str(tmp_path),
-       "--base_url", _dead_url()],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
-  assert result.returncode == 1
-  assert "Traceback" not in result.stderr
-  lines = result.stderr.splitlines()
-  assert len(lines) == 1, result.stderr
-  assert lines[0].startswith("error: cannot download ")
-  assert "--data_dir" in lines[0]
+  with pytest.raises(public_corpora.DownloadError, match="known: multi30k"):
+    public_corpora.download("nope", "unused", progress=False)
 
 
 def _with_counts(monkeypatch, name, counts):
   """Replaces some expected line counts of dataset `name` for this test (small synthetic data)."""
-  spec = download.DATASETS[name]
-  monkeypatch.setitem(download.DATASETS, name,
+  spec = public_corpora.DATASETS[name]
+  monkeypatch.setitem(public_corpora.DATASETS, name,
                       dataclasses.replace(spec, files={**spec.files, **counts}))
 
 
@@ -165,7 +144,7 @@ def _iwslt15_served(directory):
   """Writes synthetic plain files, the train ones without a final line break; returns counts."""
   directory.mkdir()
   counts = {}
-  for name in download.DATASETS["iwslt15_en_vi"].files:
+  for name in public_corpora.DATASETS["iwslt15_en_vi"].files:
     n = 4 if name.startswith("train") else 2
     text = "\n".join(f"{name} sentence {i} &apos;" for i in range(n))
     (directory / name).write_text(text if name.startswith("train") else text + "\n")
@@ -178,14 +157,14 @@ def test_iwslt15_plain_files(tmp_path, monkeypatch):
   _with_counts(monkeypatch, "iwslt15_en_vi", counts)
   out = tmp_path / "out"
   with _serve(tmp_path / "served") as url:
-    paths = download.download("iwslt15_en_vi", out, base_url=url, progress=False)
+    paths = public_corpora.download("iwslt15_en_vi", out, base_url=url, progress=False)
   assert paths == [str(out / name) for name in counts]
   assert _listing(out) == sorted(counts)
   for name in counts:
     assert (out / name).read_bytes() == (tmp_path / "served" / name).read_bytes(), name
   # A last line without a line break counts, both at download and on the rerun's check.
   before = {name: (out / name).stat().st_mtime_ns for name in counts}
-  download.download("iwslt15_en_vi", out, base_url=_dead_url(), progress=False)
+  public_corpora.download("iwslt15_en_vi", out, base_url=_dead_url(), progress=False)
   assert {name: (out / name).stat().st_mtime_ns for name in counts} == before
 
 
@@ -193,8 +172,8 @@ def test_iwslt15_wrong_line_count_is_rejected(tmp_path, monkeypatch):
   counts = _iwslt15_served(tmp_path / "served")
   _with_counts(monkeypatch, "iwslt15_en_vi", {**counts, "tst2013.vi": 3})
   out = tmp_path / "out"
-  with _serve(tmp_path / "served") as url, pytest.raises(download.DownloadError) as exc:
-    download.download("iwslt15_en_vi", out, base_url=url, progress=False)
+  with _serve(tmp_path / "served") as url, pytest.raises(public_corpora.DownloadError) as exc:
+    public_corpora.download("iwslt15_en_vi", out, base_url=url, progress=False)
   assert str(exc.value) == (
       f"{out / 'tst2013.vi'}: expected 3 lines, got 2 (corrupt or truncated download)")
   assert "tst2013.vi" not in _listing(out)
@@ -211,7 +190,7 @@ def test_iwslt15_real_dev_set(tmp_path, monkeypatch):
     del counts[name]
   _with_counts(monkeypatch, "iwslt15_en_vi", counts)
   with _serve(served) as url:
-    download.download("iwslt15_en_vi", tmp_path / "out", base_url=url, progress=False)
+    public_corpora.download("iwslt15_en_vi", tmp_path / "out", base_url=url, progress=False)
   for name in ("tst2012.en", "tst2012.vi"):
     assert (tmp_path / "out" / name).read_bytes() == (served / name).read_bytes()
     assert _gunzipped_lines(SHARED_IWSLT15 / f"{name}.gz") == 1553
@@ -219,7 +198,7 @@ def test_iwslt15_real_dev_set(tmp_path, monkeypatch):
 
 # IWSLT'17 De-En (WIT3 archives): members converted to plain text.
 
-IWSLT17 = download.DATASETS["iwslt17_de_en"]
+IWSLT17 = public_corpora.DATASETS["iwslt17_de_en"]
 TRAIN_ARCHIVE = "2017-01-trnted/texts/de/en/de-en.tgz"
 TEST_ARCHIVES = {"de": "2017-01-ted-test/texts/de/en/de-en.tgz",
                  "en": "2017-01-ted-test/texts/en/de/en-de.tgz"}
@@ -262,18 +241,14 @@ def _synthetic_iwslt17():
 def _write_archives(directory, archives):
   for archive, members in archives.items():
     (directory / archive).parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(directory / archive, "w:gz") as tar:
-      for member, data in members.items():
-        info = tarfile.TarInfo(member)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    testutil.write_tgz(directory / archive, members)
 
 
 def _run_iwslt17(tmp_path, archives):
   served, out = tmp_path / "served", tmp_path / "out"
   _write_archives(served, archives)
   with _serve(served) as url:
-    return download.download("iwslt17_de_en", out, base_url=url, progress=False)
+    return public_corpora.download("iwslt17_de_en", out, base_url=url, progress=False)
 
 
 def _lines(path):
@@ -283,9 +258,9 @@ def _lines(path):
 def test_iwslt17_registry_layout():
   assert SPLITS == sorted(["train", "dev2010"] + [f"tst{y}" for y in range(2010, 2018)])
   assert set(IWSLT17.members) == set(IWSLT17.files)
-  assert IWSLT17.members["tst2016.en"] == download.Member(
+  assert IWSLT17.members["tst2016.en"] == public_corpora.Member(
       TEST_ARCHIVES["en"], "en-de/IWSLT17.TED.tst2016.en-de.en.xml", "xml")
-  assert IWSLT17.members["train.de"] == download.Member(
+  assert IWSLT17.members["train.de"] == public_corpora.Member(
       TRAIN_ARCHIVE, "de-en/train.tags.de-en.de", "tags")
   for split in SPLITS:
     assert (f"{split}.de", f"{split}.en") in IWSLT17.aligned
@@ -309,14 +284,14 @@ def test_iwslt17_synthetic(tmp_path, monkeypatch):
           f'{split} {lang} Tom & Jerry "{i}" <3' for i in range(3)]
   # Rerun: nothing is fetched or rewritten.
   before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-  download.download("iwslt17_de_en", out, base_url=_dead_url(), progress=False)
+  public_corpora.download("iwslt17_de_en", out, base_url=_dead_url(), progress=False)
   assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
   # A damaged file is remade with its partner, fetching only the archive it needs.
   (out / "tst2016.en").write_text("truncated\n")
   served = tmp_path / "served"
   os.remove(served / TRAIN_ARCHIVE)
   with _serve(served) as url:
-    download.download("iwslt17_de_en", out, base_url=url, progress=False)
+    public_corpora.download("iwslt17_de_en", out, base_url=url, progress=False)
   assert _lines(out / "tst2016.en") == [f'tst2016 en Tom & Jerry "{i}" <3' for i in range(3)]
   assert _listing(out) == sorted(IWSLT17.files)
 
@@ -324,7 +299,7 @@ def test_iwslt17_synthetic(tmp_path, monkeypatch):
 def test_iwslt17_count_differs_from_table(tmp_path, monkeypatch):
   archives, counts = _synthetic_iwslt17()
   _with_counts(monkeypatch, "iwslt17_de_en", {**counts, "train.de": 5, "train.en": 5})
-  with pytest.raises(download.DownloadError) as exc:
+  with pytest.raises(public_corpora.DownloadError) as exc:
     _run_iwslt17(tmp_path, archives)
   assert str(exc.value).startswith(
       f"{tmp_path / 'out' / 'train.de'}: expected 5 lines, got 4 (converted from http://")
@@ -336,7 +311,7 @@ def test_iwslt17_sides_differ_in_length(tmp_path, monkeypatch):
   archives, counts = _synthetic_iwslt17()
   _with_counts(monkeypatch, "iwslt17_de_en", counts)
   archives[TRAIN_ARCHIVE]["de-en/train.tags.de-en.en"] += b"one more\n"
-  with pytest.raises(download.DownloadError) as exc:
+  with pytest.raises(public_corpora.DownloadError) as exc:
     _run_iwslt17(tmp_path, archives)
   out = tmp_path / "out"
   assert str(exc.value) == (f"{out / 'train.de'} has 4 lines but {out / 'train.en'} has 5; "
@@ -348,7 +323,7 @@ def test_iwslt17_test_seg_ids_must_match(tmp_path, monkeypatch):
   _with_counts(monkeypatch, "iwslt17_de_en", counts)
   archives[TEST_ARCHIVES["en"]]["en-de/IWSLT17.TED.tst2017.en-de.en.xml"] = _xml(
       "tst2017", "en", ["a", "b", "c"], docid="9")
-  with pytest.raises(download.DownloadError) as exc:
+  with pytest.raises(public_corpora.DownloadError) as exc:
     _run_iwslt17(tmp_path, archives)
   out = tmp_path / "out"
   assert str(exc.value) == (f"{out / 'tst2017.de'} and {out / 'tst2017.en'} are not aligned: "
@@ -361,7 +336,7 @@ def test_iwslt17_missing_member(tmp_path, monkeypatch):
   archives, counts = _synthetic_iwslt17()
   _with_counts(monkeypatch, "iwslt17_de_en", counts)
   del archives[TRAIN_ARCHIVE]["de-en/IWSLT17.TED.dev2010.de-en.en.xml"]
-  with pytest.raises(download.DownloadError, match=(
+  with pytest.raises(public_corpora.DownloadError, match=(
       r"^http://127\.0\.0\.1:\d+/2017-01-trnted/texts/de/en/de-en\.tgz: no regular file "
       r"de-en/IWSLT17\.TED\.dev2010\.de-en\.en\.xml in the archive$")):
     _run_iwslt17(tmp_path, archives)
@@ -375,8 +350,8 @@ def test_iwslt17_bad_archive(tmp_path, content):
   archive = served / TRAIN_ARCHIVE
   data = archive.read_bytes()
   archive.write_bytes(data[:100] if content == b"truncate" else content)
-  with _serve(served) as url, pytest.raises(download.DownloadError) as exc:
-    download.download("iwslt17_de_en", tmp_path / "out", base_url=url, progress=False)
+  with _serve(served) as url, pytest.raises(public_corpora.DownloadError) as exc:
+    public_corpora.download("iwslt17_de_en", tmp_path / "out", base_url=url, progress=False)
   assert f"/{TRAIN_ARCHIVE}: not a readable .tgz archive (" in str(exc.value)
   assert "\n" not in str(exc.value)
   assert _listing(tmp_path / "out") == []

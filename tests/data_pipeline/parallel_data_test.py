@@ -1,0 +1,108 @@
+"""Tests of data_pipeline/parallel_data.py: a task's text corpora, vocabulary and batches."""
+
+import os
+import shutil
+
+import pytest
+
+from data_pipeline import corpora
+from data_pipeline.parallel_data import ParallelData
+from tests import testutil
+from tf_transformer.config import DataConfig
+
+
+def _config(data_dir, **kwargs):
+  defaults = dict(data_dir=str(data_dir), vocab_size=100, max_length=60, batch_tokens=512,
+                  shuffle_buffer=100, dev_prefix="val")
+  defaults.update(kwargs)
+  return DataConfig(**defaults)
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+  directory = tmp_path / "data"
+  directory.mkdir()
+  testutil.write_pairs(directory, "train", testutil.sentence_pairs(150, seed=11))
+  testutil.write_pairs(directory, "val", testutil.sentence_pairs(20, seed=12), gz=True)
+  return directory
+
+
+def test_parallel_data_trains_then_reuses_model(data_dir, tmp_path):
+  model_dir = str(tmp_path / "model")
+  config = _config(data_dir)
+  data = ParallelData(config, model_dir)
+  model_path = os.path.join(model_dir, "spm.joint.model")
+  assert os.path.isfile(model_path)
+  assert data.vocabulary.source is data.vocabulary.target
+  assert data.train_scan == corpora.CorpusScan(150, 0, ())
+  assert data.dev_paths == (str(data_dir / "val.en.gz"), str(data_dir / "val.de.gz"))
+  mtime = os.stat(model_path).st_mtime_ns
+  size = data.vocabulary.source_size
+
+  again = ParallelData(config, model_dir)
+  assert os.stat(model_path).st_mtime_ns == mtime
+  assert again.vocabulary.source_size == size
+  assert sorted(os.listdir(model_dir)) == ["spm.joint.model"]
+
+  dev_pairs = again.dev_pairs()
+  assert len(dev_pairs) == 20 and len(again.dev_pairs(limit=3)) == 3
+  dev_examples = sum(s.shape[0] for s, _, _ in again.dev_batches().as_numpy_iterator())
+  assert dev_examples == 20
+  source, target_input, target = next(iter(again.train_batches(seed=1)))
+  assert source.shape[0] * source.shape[1] <= config.batch_tokens
+  assert again.test_pairs() == []
+
+
+def test_parallel_data_unshared(data_dir, tmp_path):
+  model_dir = str(tmp_path / "model")
+  data = ParallelData(_config(data_dir, shared_vocab=False, dev_prefix=None, test_prefix="val",
+                              spm_model_type="bpe"), model_dir)
+  assert sorted(os.listdir(model_dir)) == ["spm.de.model", "spm.en.model"]
+  assert data.vocabulary.source is not data.vocabulary.target
+  assert data.dev_batches() is None and data.dev_pairs() == []
+  assert len(data.test_pairs()) == 20
+
+
+def test_parallel_data_mismatched_train(data_dir, tmp_path):
+  testutil.write_lines(data_dir / "train.de", [t for _, t in testutil.sentence_pairs(151, seed=11)])
+  src, tgt = str(data_dir / "train.en"), str(data_dir / "train.de")
+  model_dir = str(tmp_path / "model")
+  with pytest.raises(corpora.CorpusError) as e:
+    ParallelData(_config(data_dir), model_dir)
+  assert str(e.value) == (f"{src} has 150 lines but {tgt} has 151; "
+                          "parallel files must be line-aligned")
+  assert not os.path.exists(os.path.join(model_dir, "spm.joint.model"))
+
+
+def test_parallel_data_missing_dev(data_dir, tmp_path):
+  d = str(data_dir)
+  with pytest.raises(corpora.CorpusError) as e:
+    ParallelData(_config(data_dir, dev_prefix="dev"), str(tmp_path / "model"))
+  assert str(e.value) == (f"{d}/dev.en: no such file (nor {d}/dev.en.gz); "
+                          "check --data_dir and the prefixes")
+
+
+def test_parallel_data_skips_bad_lines(data_dir, tmp_path):
+  pairs = testutil.sentence_pairs(150, seed=11)
+  src = [s.encode() for s, _ in pairs]
+  src[5] = b"\xff" + src[5]
+  testutil.write_lines(data_dir / "train.en", src)
+  with pytest.raises(corpora.CorpusError) as e:
+    ParallelData(_config(data_dir), str(tmp_path / "model"))
+  assert str(e.value) == (f"{data_dir}/train.en:6: not valid UTF-8 (byte 0xff at column 1); "
+                          "fix the file or pass --on_bad_line=skip")
+  data = ParallelData(_config(data_dir, on_bad_line="skip"), str(tmp_path / "model"))
+  assert data.train_scan.bad_lines == (5,)
+  train = list(data.train_pairs().as_numpy_iterator())
+  assert len(train) == 149
+  assert (pairs[5][0].encode(), pairs[5][1].encode()) not in train
+
+
+def test_parallel_data_nothing_left(data_dir, tmp_path, vocabulary):
+  model_dir = tmp_path / "model"
+  model_dir.mkdir()  # an existing model is reused (saves training one here)
+  shutil.copy(vocabulary.source_model_path, model_dir / "spm.joint.model")
+  with pytest.raises(corpora.CorpusError) as e:
+    ParallelData(_config(data_dir, max_length=1), str(model_dir))
+  assert str(e.value) == (f"{data_dir}/train.en: no pair left for training "
+                          "(all empty, invalid or over --max_length=1)")

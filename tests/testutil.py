@@ -1,0 +1,131 @@
+"""What the tests share: the repository's paths, corpus writers, subprocess runners, references."""
+
+import gzip
+import io
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+from absl import flags
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def write_lines(path, lines, newline="\n"):
+  """Writes `lines` (str or bytes) one a line, gzipped if `path` ends in .gz; returns it as str."""
+  data = b"".join((line if isinstance(line, bytes) else line.encode("utf-8")) + newline.encode()
+                  for line in lines)
+  if str(path).endswith(".gz"):
+    with gzip.open(path, "wb") as f:
+      f.write(data)
+  else:
+    pathlib.Path(path).write_bytes(data)
+  return str(path)
+
+
+def write_corpus(folder, prefix, source_lines, target_lines, langs=("src", "tgt"), gz=False):
+  """Writes `{folder}/{prefix}.{lang}[.gz]` for both sides; returns the (source, target) paths."""
+  suffix = ".gz" if gz else ""
+  return tuple(write_lines(os.path.join(folder, f"{prefix}.{lang}{suffix}"), lines)
+               for lang, lines in zip(langs, (source_lines, target_lines)))
+
+
+def write_pairs(folder, prefix, pairs, gz=False, langs=("en", "de")):
+  """`write_corpus` of (source, target) pairs."""
+  return write_corpus(folder, prefix, [s for s, _ in pairs], [t for _, t in pairs], langs, gz)
+
+
+def write_tgz(path, members):
+  """Writes the .tgz archive `path` of {member name: bytes}."""
+  with tarfile.open(path, "w:gz") as tar:
+    for name, data in members.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+
+
+def run_cli(module, *args, stdin=None, env=None, timeout=300):
+  """Runs `python -m module args` in the repository root; returns the CompletedProcess."""
+  return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, input=stdin, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def start_cli(module, *args, env=None):
+  """Starts `python -m module args` in the repository root, its output piped; returns the Popen."""
+  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_python(code, *args, cwd=ROOT, timeout=300):
+  """Runs the `code` snippet with `args` in a fresh Python process; returns the CompletedProcess."""
+  return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def assert_one_line_error(result, message):
+  """The process failed with exit code 1, no traceback, and `message` as its last stderr line."""
+  assert result.returncode == 1, result.stderr
+  assert "Traceback" not in result.stderr, result.stderr
+  assert result.stderr.strip().splitlines()[-1] == message
+
+
+def parse_flags(name, *args):
+  """Parses flags/{name}.cfg plus `args` afresh, from the repository root (flagfiles name each
+  other relative to it)."""
+  flags.FLAGS.unparse_flags()
+  cwd = os.getcwd()
+  os.chdir(ROOT)
+  try:
+    flags.FLAGS(["test", f"--flagfile=flags/{name}.cfg", *args])
+  finally:
+    os.chdir(cwd)
+  return flags.FLAGS
+
+
+def free_port():
+  """A loopback TCP port that nothing listens on (now)."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def strip_padding(row, pad_id):
+  """`row` without its trailing `pad_id`s, as a tuple."""
+  row = list(row)
+  while row and row[-1] == pad_id:
+    row.pop()
+  return tuple(row)
+
+
+def softmax(x):
+  """Softmax over the last axis, in numpy."""
+  x = x - x.max(axis=-1, keepdims=True)
+  e = np.exp(x)
+  return e / e.sum(axis=-1, keepdims=True)
+
+
+def log_softmax(x):
+  """Log-softmax over the last axis, in numpy."""
+  m = x.max(axis=-1, keepdims=True)
+  return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+EN_WORDS = ("the a cat dog house tree river sees likes runs quickly small big green old "
+            "young man woman child city near under with").split()
+DE_WORDS = ("der die das eine Katze Hund Haus Baum Fluss sieht mag läuft schnell klein groß "
+            "grün alt jung Mann Frau Kind Stadt nahe unter mit über Brücke").split()
+
+
+def sentence_pairs(num, seed, max_words=25):
+  """`num` random (english-ish, german-ish) sentence pairs of 1..max_words words."""
+  rng = np.random.default_rng(seed)
+
+  def sentence(words):
+    return " ".join(rng.choice(words, size=int(rng.integers(1, max_words + 1))))
+
+  return [(sentence(EN_WORDS), sentence(DE_WORDS)) for _ in range(num)]

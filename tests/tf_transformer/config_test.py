@@ -1,0 +1,109 @@
+"""tf_transformer/config.py and the flagfiles: every config field is its flag, each preset parses."""
+
+import dataclasses
+import glob
+import os
+
+import pytest
+from absl import flags
+
+from data_pipeline import corpora
+from tests import testutil
+from tf_transformer import config
+
+MODEL_PRESETS = ("base", "big", "small", "tiny")
+TASK_PRESETS = ("multi30k_en_de", "multi30k_de_en", "iwslt15_en_vi", "iwslt15_vi_en",
+                "iwslt17_en_de", "ja_vi")
+
+
+def test_every_flagfile_is_covered():
+  names = {os.path.basename(p)[:-4]
+           for p in glob.glob(os.path.join(testutil.ROOT, "flags", "*.cfg"))}
+  assert names == set(MODEL_PRESETS + TASK_PRESETS)
+
+
+def test_base_is_the_paper_base_model():
+  f = testutil.parse_flags("base")
+  assert (f.num_layers, f.d_model, f.num_heads, f.d_ff) == (6, 512, 8, 2048)
+  assert (f.dropout_rate, f.label_smoothing, f.warmup_steps) == (0.1, 0.1, 4000)
+  assert 20000 <= f.batch_tokens <= 30000 and f.norm_position == "post"
+
+
+def test_big_is_the_paper_big_model():
+  f = testutil.parse_flags("big")
+  assert (f.num_layers, f.d_model, f.num_heads, f.d_ff, f.dropout_rate) == (6, 1024, 16, 4096, 0.3)
+
+
+def test_small_has_the_peer_benchmark_dims():
+  f = testutil.parse_flags("small")
+  assert (f.num_layers, f.d_model, f.num_heads, f.d_ff, f.vocab_size) == (3, 256, 8, 1024, 8000)
+  assert f.shared_vocab
+
+
+@pytest.mark.parametrize("name", TASK_PRESETS)
+def test_task_preset_composes_a_model_preset_and_builds_configs(name):
+  with open(os.path.join(testutil.ROOT, "flags", f"{name}.cfg")) as f:
+    lines = [line.strip() for line in f if line.strip()]
+  comments = [line for line in lines if line.startswith("#")]
+  settings = [line for line in lines if not line.startswith("#")]
+  assert settings[0] in {f"--flagfile=flags/{m}.cfg" for m in MODEL_PRESETS}
+  assert any("Expect" in line for line in comments)
+  testutil.parse_flags(name)
+  data = config.data_config_from_flags()
+  train = config.train_config_from_flags()
+  model = config.model_config_from_flags(data.vocab_size, data.vocab_size)
+  assert data.test_prefix and data.dev_prefix and train.model_dir
+  assert (model.d_model, model.dropout_rate) == (flags.FLAGS.d_model, flags.FLAGS.dropout_rate)
+
+
+@pytest.mark.parametrize("name, folder", [("multi30k_en_de", "multi30k"),
+                                          ("multi30k_de_en", "multi30k"), ("ja_vi", "ja_vi")])
+def test_shipped_corpora_are_found_and_valid(name, folder):
+  data_dir = os.path.join(testutil.SHARED_DATA, folder)
+  if not os.path.isdir(data_dir):
+    pytest.skip(f"{data_dir} is absent")
+  testutil.parse_flags(name, f"--data_dir={data_dir}")
+  c = config.data_config_from_flags()
+  for prefix in (c.train_prefix, c.dev_prefix, c.test_prefix):
+    paths = [corpora.find_corpus_file(data_dir, prefix, lang) for lang in (c.src_lang, c.tgt_lang)]
+    scan = corpora.scan_parallel(*paths)
+    assert scan.num_lines > 0 and not scan.bad_lines
+
+
+def test_flag_errors_name_the_flag():
+  with pytest.raises(config.FlagError, match="--data_dir is required"):
+    testutil.parse_flags("tiny")
+    config.data_config_from_flags()
+  with pytest.raises(config.FlagError, match=r"--d_model \(60\) must be divisible by "
+                                             r"--num_heads \(8\)"):
+    testutil.parse_flags("tiny", "--d_model=60", "--num_heads=8")
+    config.model_config_from_flags(100, 100)
+
+
+@pytest.mark.parametrize("config_class", [config.DataConfig, config.ModelConfig,
+                                          config.TrainConfig, config.DecodeConfig])
+def test_every_config_field_is_the_flag_of_the_same_name(config_class):
+  from_data = {"source_vocab_size", "target_vocab_size"}  # the vocabulary gives these
+  names = {field.name for field in dataclasses.fields(config_class)} - from_data
+  assert names <= set(flags.FLAGS), names - set(flags.FLAGS)
+
+
+def test_configs_take_the_flag_values_by_name():
+  testutil.parse_flags("tiny", "--data_dir=/data", "--model_dir=/model", "--dropout_rate=0.25",
+                       "--relu_dropout_rate=0.05", "--max_length=37", "--nbest=2",
+                       "--learning_rate=3.5", "--noshared_vocab")
+  model = config.model_config_from_flags(11, 12)
+  assert (model.source_vocab_size, model.target_vocab_size) == (11, 12)
+  assert (model.dropout_rate, model.relu_dropout_rate, model.shared_vocab) == (0.25, 0.05, False)
+  assert config.decode_config_from_flags().max_length == 37
+  assert config.decode_config_from_flags().nbest == 2
+  assert config.data_config_from_flags().max_length == 37
+  assert config.train_config_from_flags().learning_rate == 3.5
+
+
+@pytest.mark.parametrize("config_class", [config.DataConfig, config.TrainConfig,
+                                          config.DecodeConfig])
+def test_configs_are_frozen(config_class):
+  value = config_class(model_dir="m") if config_class is config.TrainConfig else config_class()
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    value.seed = 5

@@ -1,0 +1,119 @@
+"""Dev evaluation during training: loss and BLEU, the best checkpoint by dev BLEU, early
+stopping, and the final test score of that best checkpoint."""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from tf_transformer import metrics, model_dir
+from tf_transformer.translator import Translator, translate_texts
+
+_SAMPLES = 4  # dev translations shown in TensorBoard at each evaluation
+
+
+class Evaluator:
+  """Evaluates a model on its task's dev set and keeps the best checkpoint.
+
+  Create it inside the strategy's scope: its two counters (`state`) are saved with the
+  training checkpoint, so a resumed run keeps its best BLEU and its patience.
+
+  Args:
+    model: the Transformer being trained.
+    data: the task's data (dev_batches, dev_pairs, test_pairs, vocabulary).
+    train_config: label_smoothing, eval_sentences, eval_batch_size, eval_beam_size and
+      early_stopping.
+    decode_config: the search; its beam size is replaced by eval_beam_size.
+    best_dir: the folder of the best checkpoint.
+    writer: tf.summary writer of the dev figures.
+  """
+
+  def __init__(self, model, data, train_config, decode_config, best_dir: str, writer):
+    self.data = data
+    self.config = train_config
+    self.writer = writer
+    self.best_bleu = tf.Variable(-1.0, trainable=False, name="best_bleu")
+    self.evals_without_improvement = tf.Variable(0, trainable=False,
+                                                 name="evals_without_improvement")
+    self.best_manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), best_dir,
+                                                   1, checkpoint_name="ckpt")
+    search = dataclasses.replace(decode_config, beam_size=train_config.eval_beam_size, nbest=1)
+    self.translator = Translator(model, data.vocabulary, **dataclasses.asdict(search))
+    self._loss_statistics = metrics.make_loss_statistics(model, train_config.label_smoothing)
+
+  @property
+  def state(self) -> dict:
+    """The variables a resumed run must get back, by their checkpoint names."""
+    return {"best_bleu": self.best_bleu,
+            "evals_without_improvement": self.evals_without_improvement}
+
+  def translate(self, texts: list[str]) -> list[str]:
+    """The model's translations of `texts` with the evaluation search (--eval_beam_size)."""
+    outputs, _ = translate_texts(self.translator.translate_nbest, texts,
+                                 self.config.eval_batch_size)
+    return [nbest[0] for nbest in outputs]
+
+  def evaluate(self, step: int) -> dict:
+    """Dev loss, perplexity and accuracy over the dev set, BLEU on its first --eval_sentences;
+    a few of the translations go to TensorBoard."""
+    results = {}
+    batches = self.data.dev_batches()
+    if batches is not None:
+      results.update(metrics.dev_loss(self._loss_statistics, batches))
+    pairs = self.data.dev_pairs(self.config.eval_sentences)
+    if pairs:
+      sources, references = zip(*pairs)
+      hypotheses = self.translate(list(sources))
+      results["bleu"] = metrics.corpus_bleu(hypotheses, list(references))[0].score
+      samples = "\n\n".join(f"**source** {s}  \n**reference** {r}  \n**output** {h}"
+                            for s, r, h in list(zip(sources, references, hypotheses))[:_SAMPLES])
+      with self.writer.as_default(step=step):
+        tf.summary.text("translations", samples)
+    return results
+
+  def evaluate_and_select(self, step: int) -> bool:
+    """Evaluates, logs, keeps the checkpoint if its dev BLEU is the best so far.
+
+    Returns:
+      True when --early_stopping evaluations in a row brought no better BLEU.
+    """
+    results = self.evaluate(step)
+    with self.writer.as_default(step=step):
+      for name, value in results.items():
+        tf.summary.scalar(name, value)
+    logging.info("step %d dev: %s", step, " ".join(f"{k} {v:.4g}" for k, v in results.items()))
+    if "bleu" not in results:
+      return False
+    if results["bleu"] > float(self.best_bleu.numpy()):
+      self.best_bleu.assign(results["bleu"])
+      self.evals_without_improvement.assign(0)
+      self.best_manager.save(checkpoint_number=step)
+      logging.info("new best dev BLEU %.2f at step %d", results["bleu"], step)
+    else:
+      self.evals_without_improvement.assign_add(1)
+    patience = self.config.early_stopping
+    return bool(patience) and int(self.evals_without_improvement.numpy()) >= patience
+
+  def test(self, output_dir: str) -> dict:
+    """Restores the best checkpoint (if any) and scores it on the test set, if there is one.
+
+    Writes `test_hypotheses.txt` into `output_dir`.
+
+    Returns:
+      {} without a test set; else test_bleu, test_bleu_text, bleu_signature, test_beam_size.
+    """
+    pairs = self.data.test_pairs()
+    if not pairs:
+      return {}
+    if self.best_manager.latest_checkpoint:
+      model_dir.restore(self.best_manager.checkpoint, self.best_manager.latest_checkpoint)
+    sources, references = zip(*pairs)
+    hypotheses = self.translate(list(sources))
+    bleu, signature = metrics.corpus_bleu(hypotheses, list(references))
+    path = os.path.join(output_dir, "test_hypotheses.txt")
+    with open(path, "w", encoding="utf-8") as f:
+      f.writelines(h + "\n" for h in hypotheses)
+    logging.info("test: %s (%s); hypotheses in %s", bleu, signature, path)
+    return {"test_bleu": bleu.score, "test_bleu_text": str(bleu), "bleu_signature": signature,
+            "test_beam_size": self.config.eval_beam_size}

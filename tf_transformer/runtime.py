@@ -1,0 +1,57 @@
+"""The TensorFlow runtime of a training run: seeds, determinism, devices and the strategy."""
+
+import keras
+import tensorflow as tf
+
+
+def set_up_runtime(train_config) -> tf.distribute.Strategy:
+  """Seeds, determinism, devices and the strategy: call it before any other TensorFlow work.
+
+  It must come first because seeding clears TensorFlow's kernel cache, which destroys
+  kernel-owned resources such as tf-text's SentencePiece model, and because logical CPU
+  devices and collective (multi-worker) runtimes cannot be configured once it has started.
+  """
+  c = train_config
+  keras.utils.set_random_seed(c.seed)
+  if c.deterministic:
+    tf.config.experimental.enable_op_determinism()
+  return _make_strategy(c.distribution, c.num_cpu_devices, c.tpu)
+
+
+def _make_strategy(distribution: str, num_cpu_devices: int, tpu: str) -> tf.distribute.Strategy:
+  """One device (default), MirroredStrategy over GPUs or logical CPUs, MultiWorkerMirrored
+  across the hosts of TF_CONFIG, or TPUStrategy."""
+  if num_cpu_devices > 1:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * num_cpu_devices)
+  if distribution == "mirrored":
+    devices = [d.name for d in tf.config.list_logical_devices("GPU")]
+    devices = devices or [d.name for d in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices)
+  if distribution == "multi_worker":
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  if distribution == "tpu":
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+  return tf.distribute.get_strategy()
+
+
+def worker_info(strategy) -> tuple[int, int, bool]:
+  """(number of workers, this worker's index, whether it is the chief) of a strategy.
+
+  The chief (task "chief", or worker 0 when the cluster has none) writes checkpoints and
+  summaries; the other workers write theirs to throwaway folders.
+  """
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.cluster_spec().as_dict():
+    return 1, 0, True
+  cluster = resolver.cluster_spec().as_dict()
+  task_type, task_id = resolver.task_type, resolver.task_id or 0
+  workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+  index = task_id + (1 if task_type == "worker" and "chief" in cluster else 0)
+  is_chief = task_type == "chief" or (task_type == "worker" and task_id == 0
+                                      and "chief" not in cluster)
+  return workers, index, is_chief
