@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from tf_transformer.layers.attention_bias import large_negative
 
-_NEG_INF = large_negative(tf.float32)  # finite: -inf * 0 is NaN when a masked score meets a zero penalty
+# finite: -inf * 0 is NaN when a masked score meets a zero length penalty
+_NEG_INF = large_negative(tf.float32)
 
 
 def length_penalty(length, alpha: float):

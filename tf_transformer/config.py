@@ -13,7 +13,8 @@ from absl import flags
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files {prefix}.{lang}[.gz].")
 flags.DEFINE_string("dataset", "",
                     "tfds:NAME[/CONFIG]: a TFDS translation dataset (public, e.g. "
-                    "tfds:wmt14_translate/de-en, or built by tf_transformer.build_dataset) instead of "
+                    "tfds:wmt14_translate/de-en, or built by tf_transformer.build_dataset) "
+                    "instead of "
                     "--data_dir; its train/validation/test splits are used.")
 flags.DEFINE_string("tfds_data_dir", None, "Where TFDS datasets are stored (default: TFDS's).")
 flags.DEFINE_string("src_lang", "en", "Source language suffix of the corpus files.")
@@ -108,7 +109,8 @@ flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --sr
 flags.DEFINE_string("tgt", None, "The target side of --src (tf_transformer.build_dataset).")
 flags.DEFINE_string("dev_src", None, "Dev source file of tf_transformer.build_dataset (optional).")
 flags.DEFINE_string("dev_tgt", None, "Dev target file of tf_transformer.build_dataset.")
-flags.DEFINE_string("test_src", None, "Test source file of tf_transformer.build_dataset (optional).")
+flags.DEFINE_string("test_src", None,
+                    "Test source file of tf_transformer.build_dataset (optional).")
 flags.DEFINE_string("test_tgt", None, "Test target file of tf_transformer.build_dataset.")
 flags.DEFINE_string("name", None, "Name of the TFDS dataset tf_transformer.build_dataset writes.")
 

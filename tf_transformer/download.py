@@ -1,5 +1,6 @@
 """Downloads a public parallel corpus and checks every file before keeping it:
-`python -m tf_transformer.download {multi30k|iwslt15_en_vi|iwslt17_de_en} --out DIR [--base_url URL]`.
+`python -m tf_transformer.download {multi30k|iwslt15_en_vi|iwslt17_de_en} --out DIR
+[--base_url URL]`.
 
 The datasets, their sources and licenses are listed in data_pipeline/public_corpora.py.
 """

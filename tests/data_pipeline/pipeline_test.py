@@ -50,7 +50,8 @@ def test_text_pairs_skips_scanned_bad_lines(tmp_path):
 
 
 def test_text_pairs_agrees_with_read_parallel(tmp_path):
-  pairs = testutil.sentence_pairs(50, seed=2) + [("", "x"), ("y", " ")] + testutil.sentence_pairs(10, seed=3)
+  pairs = (testutil.sentence_pairs(50, seed=2) + [("", "x"), ("y", " ")] +
+           testutil.sentence_pairs(10, seed=3))
   src, tgt = testutil.write_pairs(tmp_path, "train", pairs, gz=True)
   got = [(s.decode(), t.decode())
          for s, t in pipeline.text_pairs(src, tgt, skip_lines=(3,)).as_numpy_iterator()]

@@ -1,4 +1,4 @@
-"""tf_transformer/config.py and the flagfiles: every config field is its flag, each preset parses."""
+"""tf_transformer/config.py and the flagfiles: each config field is its flag; presets parse."""
 
 import dataclasses
 import glob
