@@ -100,6 +100,10 @@ flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
 # ---------------------------------------------------------------- files of the other CLIs
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path "
                     "(export.saved_model).")
+flags.DEFINE_string("output_dir", None, "The CTranslate2 model folder (export.ctranslate2).")
+flags.DEFINE_enum("quantization", "float32",
+                  ["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"],
+                  "Weight type of the CTranslate2 export (export.ctranslate2).")
 flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), or "
                     "of the TFDS dataset tf_transformer.build_dataset writes.")
 flags.DEFINE_string("base_url", None, "Overrides the URL the dataset files are fetched from.")

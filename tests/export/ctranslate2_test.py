@@ -1,0 +1,128 @@
+"""Tests of export/ctranslate2.py: CTranslate2 decodes an exported model as the library does.
+
+Two models are trained briefly on Multi30k (so their output distributions are peaked, as a
+real model's are): post-norm with one joint vocabulary, and pre-norm with one per language.
+"""
+
+import gzip
+import json
+import os
+
+import ctranslate2
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_pipeline.token_ids import EOS_ID
+from tests import testutil
+
+MULTI30K = testutil.SHARED_DATA / "multi30k"
+SENTENCES = 100
+EXTRA = 20  # --extra_decode_length of both decoders
+
+
+def _lines(path, count):
+  with gzip.open(path, "rt", encoding="utf-8") as f:
+    return [line.strip() for _, line in zip(range(count), f)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  if not MULTI30K.is_dir():
+    pytest.skip(f"{MULTI30K} is absent")
+  folder = tmp_path_factory.mktemp("multi30k")
+  for split, count in (("train", 4000), ("val", 50)):
+    testutil.write_corpus(folder, split, _lines(MULTI30K / f"{split}.en.gz", count),
+                          _lines(MULTI30K / f"{split}.de.gz", count), langs=("en", "de"))
+  sources = _lines(MULTI30K / "test_2016_flickr.en.gz", SENTENCES)
+  return folder, sources
+
+
+def _train(corpus_dir, model_dir, *flags):
+  result = testutil.run_cli(
+      "tf_transformer.train", "--flagfile=flags/tiny.cfg", f"--data_dir={corpus_dir}",
+      f"--model_dir={model_dir}", "--src_lang=en", "--tgt_lang=de", "--vocab_size=400",
+      "--max_length=64", "--batch_tokens=1024", "--train_steps=300", "--eval_every=300",
+      "--eval_sentences=10", "--eval_beam_size=1", *flags, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module", params=[("post", "--shared_vocab"),
+                                        ("pre", "--noshared_vocab")], ids=["post-shared",
+                                                                           "pre-separate"])
+def exported(request, corpus, tmp_path_factory):
+  norm_position, vocab_flag = request.param
+  corpus_dir, sources = corpus
+  folder = tmp_path_factory.mktemp(f"model_{norm_position}")
+  _train(corpus_dir, folder / "model", f"--norm_position={norm_position}", vocab_flag)
+  result = testutil.run_cli("export.ctranslate2", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={folder / 'model'}", f"--output_dir={folder / 'ct2'}",
+                            "--src_lang=en", "--tgt_lang=de", timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().splitlines()[-1] == str(folder / "ct2")
+  return folder, sources
+
+
+def _ours(model_dir, sources, beam_size):
+  """Our decoding: (pieces of each source, ids of each best output without EOS)."""
+  from tf_transformer import decoding
+  from tf_transformer.model_dir import load_for_inference
+
+  model, vocabulary, _ = load_for_inference(str(model_dir), "en", "de")
+  search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
+                                                   extra_decode_length=EXTRA)[0][:, 0],
+                       input_signature=[tf.TensorSpec([1, None], tf.int32)])
+  pieces, outputs = [], []
+  for text in sources:
+    ids = vocabulary.source.tokenize(tf.constant([text])).to_list()[0]
+    pieces.append([p.decode() for p in vocabulary.source.id_to_string(ids).numpy()])
+    best = list(search(tf.constant([ids + [EOS_ID]])).numpy()[0])
+    outputs.append(best[:best.index(EOS_ID)] if EOS_ID in best else best)
+  return pieces, outputs
+
+
+def _theirs(ct2_dir, pieces, beam_size):
+  """CTranslate2's best output of each source as our target ids."""
+  with open(os.path.join(ct2_dir, "config.json")) as f:
+    assert json.load(f)["add_source_eos"] is True
+  vocabulary_file = ("shared_vocabulary.json"
+                     if os.path.exists(os.path.join(ct2_dir, "shared_vocabulary.json"))
+                     else "target_vocabulary.json")
+  with open(os.path.join(ct2_dir, vocabulary_file)) as f:
+    target_ids = {piece: i for i, piece in enumerate(json.load(f))}
+  translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=2)
+  outputs = []
+  for source in pieces:  # one at a time: the length limit is per sentence, as ours
+    result = translator.translate_batch([source], beam_size=beam_size, length_penalty=0.6,
+                                        max_decoding_length=len(source) + 1 + EXTRA)
+    outputs.append([target_ids[piece] for piece in result[0].hypotheses[0]])
+  return outputs
+
+
+def test_greedy_outputs_are_the_same_token_ids(exported):
+  folder, sources = exported
+  pieces, ours = _ours(folder / "model", sources, beam_size=1)
+  theirs = _theirs(folder / "ct2", pieces, beam_size=1)
+  assert sum(len(ids) > 3 for ids in ours) > SENTENCES // 2  # real outputs, not just EOS
+  different = [(i, o, t) for i, (o, t) in enumerate(zip(ours, theirs)) if o != t]
+  assert not different, different[:3]
+
+
+def test_beam_outputs_agree_on_nearly_every_sentence(exported):
+  """CTranslate2 divides scores by length^alpha, we by ((5 + length) / 6)^alpha (GNMT), so a
+  few sentences may end with another hypothesis."""
+  folder, sources = exported
+  pieces, ours = _ours(folder / "model", sources, beam_size=4)
+  theirs = _theirs(folder / "ct2", pieces, beam_size=4)
+  agree = np.mean([o == t for o, t in zip(ours, theirs)])
+  print(f"beam 4 agreement {agree:.2f}; mean output length {np.mean([len(o) for o in ours]):.1f}")
+  assert agree >= 0.95, agree
+
+
+def test_the_folder_holds_the_subword_models(exported):
+  folder, _ = exported
+  names = sorted(os.listdir(folder / "ct2"))
+  assert "model.bin" in names and "config.json" in names
+  assert [n for n in names if n.startswith("spm.")] in (["spm.joint.model"],
+                                                        ["spm.de.model", "spm.en.model"])
+  assert not os.path.exists(str(folder / "ct2") + ".tmp")
