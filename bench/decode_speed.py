@@ -7,7 +7,10 @@ sentences of random subword ids (source length uniform in [--min_src, --max_src]
 batches of --batch_size, every hypothesis forced to exactly --tgt_len tokens (minimum = maximum
 length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in --beams:
   - "function": the in-process tf.function over id batches ("function_jit": XLA-compiled);
-  - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back.
+  - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back;
+  - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, 2 threads, on
+    the same subword pieces: CTranslate2 on exactly our weights.
+--batch_size=1 times one sentence per request, the serving case.
 One untimed pass first, then --repeats timed passes. The last line is one JSON object with
 sentences/s and target tokens/s per (path, beam).
 """
@@ -31,7 +34,8 @@ flags.DEFINE_integer("min_src", 10, "Shortest source (tokens before EOS).")
 flags.DEFINE_integer("max_src", 30, "Longest source (tokens before EOS).")
 flags.DEFINE_integer("tgt_len", 30, "Exact target length (min = max).")
 flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
-flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"], "What to time.")
+flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
+                  "What to time: function, function_jit, saved_model, ct2.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -63,6 +67,31 @@ def _timed(run_pass):
   return times
 
 
+def _ct2_translate(model, vocabulary, pieces, beam, length):
+  """A pass of CTranslate2 over `pieces` (the source sentences as subword pieces) with the
+  model exported to it; every output exactly `length` tokens."""
+  import ctranslate2
+  import tensorflow as tf
+  from ctranslate2.converters.converter import Converter
+
+  from export.ct2_spec import transformer_spec
+
+  target_pieces = [p.decode() for p in vocabulary.target.id_to_string(
+      tf.range(vocabulary.target_size)).numpy()]
+  spec = transformer_spec(model, target_pieces, target_pieces)
+  converter = type("SpecConverter", (Converter,), {"_load": lambda self: spec})()
+  folder = converter.convert(os.path.join(FLAGS.workdir, "ct2"), force=True)
+  translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=2)
+  batches = [pieces[i:i + FLAGS.batch_size] for i in range(0, len(pieces), FLAGS.batch_size)]
+
+  def run_pass():
+    for batch in batches:
+      for result in translator.translate_batch(batch, beam_size=beam, min_decoding_length=length,
+                                               max_decoding_length=length):
+        assert len(result.hypotheses[0]) == length
+  return run_pass
+
+
 def main(argv):
   import numpy as np
   import tensorflow as tf
@@ -90,6 +119,7 @@ def main(argv):
                                                             dtype=tf.int32))
     text_batches.append(texts)
 
+  pieces = [[p.decode() for p in vocabulary.source.id_to_string(row).numpy()] for row in rows]
   results = []
   for beam in (int(b) for b in FLAGS.beams):
     length = FLAGS.tgt_len
@@ -109,6 +139,10 @@ def main(argv):
       serve = tf.saved_model.load(export_dir).signatures["serving_default"]
       times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
       results.append(("saved_model", beam, times))
+    if "ct2" in FLAGS.paths:
+      translate = _ct2_translate(model, vocabulary, pieces, beam, length)
+      times = _timed(translate)
+      results.append(("ct2", beam, times))
 
   report = []
   for path, beam, times in results:

@@ -40,8 +40,9 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
   # the search state holds only the self-attention buffers; the rest (the projected memory,
   # one copy per source that its beam hypotheses share) stays constant
   def symbols_to_logits_fn(ids, step, self_cache):
-    logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache))
-    return logits + forbidden, new_cache["self"]
+    logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache),
+                                          logits_bias=forbidden)
+    return logits, new_cache["self"]
 
   ids, scores = beam_search.beam_search(
       symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],

@@ -103,9 +103,9 @@ class Transformer(keras.Model):
     x, self_bias, mask = self._embed_targets(target_input_ids, False)
     return self.decoder.cross_attention_weights(x, memory, self_bias, cross_attention_bias, mask)
 
-  def logits(self, hidden, output_kernel=None):
+  def logits(self, hidden, output_kernel=None, bias=None):
     """hidden [..., d_model] -> float32 [..., target_vocab_size]; see SharedEmbedding.logits."""
-    return self.target_embedding.logits(hidden, output_kernel)
+    return self.target_embedding.logits(hidden, output_kernel, bias)
 
   def call(self, inputs, training=None):
     """inputs: (source_ids [B, S], target_input_ids [B, T]) -> float32 logits [B, T, V]."""
@@ -120,7 +120,7 @@ class Transformer(keras.Model):
     return dict(self.decoder.init_cache(memory, max_length),
                 output_kernel=self.target_embedding.output_kernel())
 
-  def decode_step(self, ids, decode_index, cross_attention_bias, cache):
+  def decode_step(self, ids, decode_index, cross_attention_bias, cache, logits_bias=None):
     """Logits for the next token after feeding one token per sequence.
 
     Args:
@@ -130,6 +130,7 @@ class Transformer(keras.Model):
         of sources (each source's K beam hypotheses are consecutive rows).
       cache: from `init_decode_cache` or the previous step; its "self" part has batch rows and
         its "cross" part sources rows.
+      logits_bias: optional float32 [target_vocab_size] added to the logits.
 
     Returns:
       logits: float32 [batch, target_vocab_size], of the token at `decode_index + 1`.
@@ -142,7 +143,8 @@ class Transformer(keras.Model):
     x, layers = self.decoder(x, None, self_bias, cross_attention_bias, None,
                              cache={"self": cache["self"], "cross": cache["cross"]},
                              decode_index=decode_index)
-    return self.logits(x[:, 0, :], cache["output_kernel"]), dict(cache, **layers)
+    return (self.logits(x[:, 0, :], cache["output_kernel"], logits_bias),
+            dict(cache, **layers))
 
   def get_config(self):
     config = super().get_config()

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer.beam_search import beam_search, length_penalty
+from tf_transformer.beam_search import _top_k_rows, beam_search, length_penalty
 
 EOS, START, VOCAB, MAX_LENGTH = 1, 2, 5, 4
 TABLE = np.random.default_rng(0).normal(size=(MAX_LENGTH, VOCAB, VOCAB, VOCAB)).astype("float32")
@@ -105,3 +105,15 @@ def test_static_shapes_compile_in_a_function():
   ids, scores = search(tf.fill([3], START))
   assert ids.shape == (3, 2, MAX_LENGTH) and scores.shape == (3, 2)
   np.testing.assert_array_equal(ids.numpy(), run(beam_size=2, batch=3)[0])
+
+
+@pytest.mark.parametrize("vocab_size, k", [(8000, 8), (8000, 2), (1000, 16), (130, 3), (100, 2)])
+def test_top_k_by_chunk_maxima_equals_top_k(vocab_size, k):
+  x = tf.constant(np.random.default_rng(vocab_size + k).permutation(12 * vocab_size)
+                  .reshape(12, vocab_size).astype(np.float32))  # distinct values: no ties
+  # the largest values of some rows crowded into one chunk
+  x = tf.tensor_scatter_nd_update(x, [[0, i] for i in range(k)], [1e6 + i for i in range(k)])
+  values, indices = _top_k_rows(x, k)
+  want_values, want_indices = tf.math.top_k(x, k=k)
+  np.testing.assert_array_equal(values.numpy(), want_values.numpy())
+  np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())

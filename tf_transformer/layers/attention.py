@@ -75,7 +75,9 @@ class MultiHeadAttention(keras.layers.Layer):
   def _output(self, context):
     """context [B, H, T, D] -> [B, T, d_model], the heads concatenated and projected."""
     batch, length = tf.shape(context)[0], tf.shape(context)[2]
-    context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, self.d_model])
+    if context.shape[2] != 1:  # with one query position (a decoding step) it is a reshape
+      context = tf.transpose(context, [0, 2, 1, 3])
+    context = tf.reshape(context, [-1, self.d_model])
     output = tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
     return tf.reshape(output, [batch, length, self.d_model])
 
@@ -145,8 +147,10 @@ class MultiHeadAttention(keras.layers.Layer):
     folded = tf.reshape(tf.transpose(folded, [0, 2, 1, 3, 4]), [batch, heads, -1, depth])
     context, _ = self._attend(folded, key, value, bias, training)
     context = tf.reshape(context, [batch, heads, shared, length, depth])
-    return tf.reshape(tf.transpose(context, [0, 2, 1, 3, 4]),  # -> [B, K, H, T, D]
-                      [batch * shared, heads, length, depth])
+    context = tf.reshape(tf.transpose(context, [0, 2, 1, 3, 4]),  # -> [B, K, H, T, D]
+                         [batch * shared, heads, length, depth])
+    context.set_shape(query.shape)
+    return context
 
   @staticmethod
   def _write_cache(cache, key, value, decode_index):

@@ -82,21 +82,25 @@ class SharedEmbedding(keras.layers.Layer):
     """
     return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
 
-  def logits(self, hidden, output_kernel=None):
+  def logits(self, hidden, output_kernel=None, bias=None):
     """Pre-softmax projection with the transposed embedding matrix.
 
     Args:
       hidden: [..., d_model].
       output_kernel: `output_kernel()`, if already computed.
+      bias: optional float32 [vocab_size] added to the logits (in float32 compute, fused into
+        the matmul).
 
     Returns:
       float32 [..., vocab_size] (float32 so softmax and loss stay stable in mixed precision).
     """
     if output_kernel is None:
       output_kernel = self.output_kernel()
-    logits = tf.matmul(tf.reshape(hidden, [-1, self.d_model]), output_kernel)
+    logits = tf.cast(tf.matmul(tf.reshape(hidden, [-1, self.d_model]), output_kernel), tf.float32)
+    if bias is not None:
+      logits = tf.nn.bias_add(logits, bias)
     shape = tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0)
-    return tf.cast(tf.reshape(logits, shape), tf.float32)
+    return tf.reshape(logits, shape)
 
   def compute_output_shape(self, input_shape):
     return tuple(input_shape) + (self.d_model,)
