@@ -40,7 +40,7 @@ def _gather_beams(x, indices):
 
 
 def _top_k_rows(x, k: int, chunk: int = 64):
-  """tf.math.top_k(x, k) of x float32 [N, V], with V static, by way of chunk maxima.
+  """tf.math.top_k(x, k) of x float32 [N, V] by way of chunk maxima (V static; else top_k).
 
   The k largest values of a row lie in the k chunks with the largest maxima (a chunk holding
   one of them has a maximum at least as large, and fewer than k other chunks can beat it), so
@@ -51,9 +51,9 @@ def _top_k_rows(x, k: int, chunk: int = 64):
     values float32 [N, k], descending, and their int32 indices into V.
   """
   rows, vocab_size = tf.shape(x)[0], x.shape[-1]
-  chunks = -(-vocab_size // chunk)
-  if chunks <= k:
+  if vocab_size is None or -(-vocab_size // chunk) <= k:
     return tf.math.top_k(x, k=k)
+  chunks = -(-vocab_size // chunk)
   padded = tf.pad(x, [[0, 0], [0, chunks * chunk - vocab_size]], constant_values=-float("inf"))
   blocks = tf.reshape(padded, [rows, chunks, chunk])
   _, best_chunks = tf.math.top_k(tf.reduce_max(blocks, axis=2), k=k)  # -> [N, k]
@@ -129,7 +129,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     # 2K candidates: even if K of them end in EOS, K live ones remain. The 2K best of a
     # sentence are among the 2K best of each of its hypotheses, so each row is cut to its 2K
     # best first, and log_softmax (a shift of a row) is applied to those alone.
-    per_row = min(2 * k, logits.shape[-1])  # all of a vocabulary smaller than 2K
+    per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
     row_logits, row_tokens = _top_k_rows(allowed, per_row)  # -> [B * K, 2K]
     row_log_probs = row_logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
     log_probs = _unflatten_beam(row_log_probs, batch, k) + alive_log_probs[:, :, tf.newaxis]

@@ -117,3 +117,13 @@ def test_top_k_by_chunk_maxima_equals_top_k(vocab_size, k):
   want_values, want_indices = tf.math.top_k(x, k=k)
   np.testing.assert_array_equal(values.numpy(), want_values.numpy())
   np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())
+
+
+def test_top_k_rows_without_a_static_vocabulary_size():
+  x = np.random.default_rng(5).permutation(2 * 500).reshape(2, 500).astype(np.float32)
+  top_k = tf.function(lambda x: _top_k_rows(x, 4),
+                      input_signature=[tf.TensorSpec([None, None], tf.float32)])
+  values, indices = top_k(tf.constant(x))
+  want_values, want_indices = tf.math.top_k(x, k=4)
+  np.testing.assert_array_equal(values.numpy(), want_values.numpy())
+  np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())
