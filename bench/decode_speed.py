@@ -67,21 +67,9 @@ def _timed(run_pass):
   return times
 
 
-def _ct2_translate(model, vocabulary, pieces, beam, length):
-  """A pass of CTranslate2 over `pieces` (the source sentences as subword pieces) with the
-  model exported to it; every output exactly `length` tokens."""
-  import ctranslate2
-  import tensorflow as tf
-  from ctranslate2.converters.converter import Converter
-
-  from export.ct2_spec import transformer_spec
-
-  target_pieces = [p.decode() for p in vocabulary.target.id_to_string(
-      tf.range(vocabulary.target_size)).numpy()]
-  spec = transformer_spec(model, target_pieces, target_pieces)
-  converter = type("SpecConverter", (Converter,), {"_load": lambda self: spec})()
-  folder = converter.convert(os.path.join(FLAGS.workdir, "ct2"), force=True)
-  translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1, intra_threads=2)
+def _ct2_translate(translator, pieces, beam, length):
+  """A pass of CTranslate2 `translator` over `pieces` (the source sentences as subword
+  pieces); every output exactly `length` tokens."""
   batches = [pieces[i:i + FLAGS.batch_size] for i in range(0, len(pieces), FLAGS.batch_size)]
 
   def run_pass():
@@ -120,6 +108,12 @@ def main(argv):
     text_batches.append(texts)
 
   pieces = [[p.decode() for p in vocabulary.source.id_to_string(row).numpy()] for row in rows]
+  if "ct2" in FLAGS.paths:
+    import ctranslate2
+    from export import ctranslate2 as ct2_export
+    folder = ct2_export.save(model, vocabulary, os.path.join(FLAGS.workdir, "ct2"))
+    ct2_translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1,
+                                            intra_threads=2)
   results = []
   for beam in (int(b) for b in FLAGS.beams):
     length = FLAGS.tgt_len
@@ -140,7 +134,7 @@ def main(argv):
       times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
       results.append(("saved_model", beam, times))
     if "ct2" in FLAGS.paths:
-      translate = _ct2_translate(model, vocabulary, pieces, beam, length)
+      translate = _ct2_translate(ct2_translator, pieces, beam, length)
       times = _timed(translate)
       results.append(("ct2", beam, times))
 

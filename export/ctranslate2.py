@@ -34,9 +34,15 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, output_dir: str,
   Raises:
     ModelDirError: the model directory, its vocabulary or its checkpoint is unusable.
   """
+  model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang)
+  return save(model, vocabulary, output_dir, quantization)
+
+
+def save(model, vocabulary, output_dir: str, quantization: str = "float32") -> str:
+  """Writes `model` (a Transformer) and its `vocabulary` (data_pipeline.tokenizer.Vocabulary)
+  as the CTranslate2 folder `output_dir`, replacing it; returns `output_dir`."""
   from ctranslate2.converters.converter import Converter
 
-  model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang)
   spec = transformer_spec(model, _pieces(vocabulary.source), _pieces(vocabulary.target))
 
   class _SpecConverter(Converter):
