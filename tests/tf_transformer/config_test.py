@@ -107,3 +107,8 @@ def test_configs_are_frozen(config_class):
   value = config_class(model_dir="m") if config_class is config.TrainConfig else config_class()
   with pytest.raises(dataclasses.FrozenInstanceError):
     value.seed = 5
+
+
+def test_norm_position_choices_are_the_layers():
+  from tf_transformer.layers.residual import NORM_POSITIONS
+  assert flags.FLAGS["norm_position"].parser.enum_values == list(NORM_POSITIONS)

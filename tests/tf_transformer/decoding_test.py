@@ -112,3 +112,12 @@ def test_attention_of_the_best_hypothesis(model_and_sources):
     np.testing.assert_array_equal(ids_alone.numpy()[0, 0], tokens)
     np.testing.assert_allclose(attention_alone.numpy()[0], attention[row, :, :source_length],
                                atol=1e-5)
+
+
+def test_attention_rows_after_eos_are_zero(model_and_sources):
+  model, sources = model_and_sources
+  targets = tf.constant([[5, 6, EOS_ID, 0, 0], [7, EOS_ID, 0, 0, 0], [8, 9, 10, 11, EOS_ID]])
+  attention = decoding.attention(model, sources, targets).numpy()
+  for row, length in enumerate([3, 2, 5]):
+    np.testing.assert_allclose(attention[row, :length].sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(attention[row, length:], 0.0)
