@@ -7,7 +7,9 @@ sentences of random subword ids (source length uniform in [--min_src, --max_src]
 batches of --batch_size, every hypothesis forced to exactly --tgt_len tokens (minimum = maximum
 length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in --beams:
   - "function": the in-process tf.function over id batches ("function_jit": XLA-compiled);
-  - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back;
+  - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back,
+    with the XLA-compiled search that export.saved_model writes by default ("saved_model_graph":
+    exported with --nodecode_jit);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, 2 threads, on
     the same subword pieces: CTranslate2 on exactly our weights.
 --batch_size=1 times one sentence per request, the serving case.
@@ -35,7 +37,7 @@ flags.DEFINE_integer("max_src", 30, "Longest source (tokens before EOS).")
 flags.DEFINE_integer("tgt_len", 30, "Exact target length (min = max).")
 flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
-                  "What to time: function, function_jit, saved_model, ct2.")
+                  "What to time: function, function_jit, saved_model, saved_model_graph, ct2.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -124,15 +126,16 @@ def main(argv):
             jit_compile=jit)
         times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
         results.append((path, beam, times))
-    if "saved_model" in FLAGS.paths:
-      module = Translator(model, vocabulary, beam_size=beam, nbest=1,
-                          max_length=FLAGS.max_length, min_decode_length=length,
-                          max_decode_length=length)
-      export_dir = os.path.join(FLAGS.workdir, f"export_beam{beam}")
-      tf.saved_model.save(module, export_dir, signatures=module.signatures())
-      serve = tf.saved_model.load(export_dir).signatures["serving_default"]
-      times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
-      results.append(("saved_model", beam, times))
+    for path, jit in (("saved_model", True), ("saved_model_graph", False)):
+      if path in FLAGS.paths:
+        module = Translator(model, vocabulary, beam_size=beam, nbest=1,
+                            max_length=FLAGS.max_length, min_decode_length=length,
+                            max_decode_length=length, decode_jit=jit)
+        export_dir = os.path.join(FLAGS.workdir, f"{path}_beam{beam}")
+        tf.saved_model.save(module, export_dir, signatures=module.signatures())
+        serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+        times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
+        results.append((path, beam, times))
     if "ct2" in FLAGS.paths:
       translate = _ct2_translate(ct2_translator, pieces, beam, length)
       times = _timed(translate)

@@ -3,7 +3,8 @@
 
 Writes `exports/<name>/<version>/` (version = the checkpoint step, or the next free number)
 with the signatures serving_default, translate_nbest, score and align, and TF Serving warm-up
-requests.
+requests. The search is XLA-compiled unless --nodecode_jit (TF Serving then needs
+--xla_cpu_compilation_enabled=true on CPU).
 """
 
 import dataclasses
@@ -39,4 +40,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  FLAGS.set_default("decode_jit", True)  # a server decodes for long: the compilations pay
   app.run(main)

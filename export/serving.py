@@ -1,10 +1,11 @@
 """The TF Serving layout: numbered version folders written atomically, and warm-up requests."""
 
-import json
 import os
 import shutil
 
 import tensorflow as tf
+
+from tf_transformer import model_dir
 
 WARMUP_INPUTS = ("", "Hello.", "A man in a blue shirt is standing on a ladder cleaning windows.")
 
@@ -52,8 +53,7 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
   try:
     tf.saved_model.save(module, temporary, signatures=signatures)
     write_warmup_requests(temporary)
-    with open(os.path.join(temporary, "assets.extra", "decoding.json"), "w") as f:
-      json.dump(settings, f, indent=2)
+    model_dir.write_json(os.path.join(temporary, "assets.extra", "decoding.json"), settings)
     os.replace(temporary, final)
   finally:
     if os.path.exists(temporary):

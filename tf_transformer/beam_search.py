@@ -1,6 +1,6 @@
 """Beam search over a `symbols_to_logits_fn`, in one tf.while_loop (it never imports a model).
 
-Sizes: B batch, K beam size, V vocabulary, L max_decode_length. Greedy search is beam_size 1.
+Sizes: B batch, K beam size, V vocabulary, L the width of the output ids. Greedy search is beam_size 1.
 """
 
 import tensorflow as tf
@@ -64,7 +64,7 @@ def _top_k_rows(x, k: int, chunk: int = 64):
 
 
 def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
-                max_decode_length, eos_id: int, min_length=0):
+                max_decode_length, eos_id: int, min_length=0, buffer_length=None):
   """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
 
   Every step expands each live hypothesis, keeps the 2K best extensions (at most K of them end
@@ -84,6 +84,8 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     max_decode_length: int32 scalar, at most this many tokens (EOS included).
     eos_id: end-of-sentence id.
     min_length: EOS cannot be produced before this many tokens (EOS included).
+    buffer_length: L, the width of the output ids (>= max_decode_length; default equal). A
+      static L with a tensor max_decode_length lets XLA compile one search for many limits.
 
   Returns:
     ids: int32 [B, K, L], the tokens of each hypothesis, best first; EOS included, then 0s.
@@ -91,15 +93,17 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
       with fewer than K finished hypotheses is completed with its best live ones.
   """
   batch = tf.shape(initial_ids)[0]
+  if buffer_length is None:
+    buffer_length = max_decode_length
   max_decode_length = tf.convert_to_tensor(max_decode_length, tf.int32)
   min_length = tf.convert_to_tensor(min_length, tf.int32)
   k = beam_size
 
   cache = tf.nest.map_structure(lambda t: _flatten_beam(_expand_to_beam(t, k)), initial_cache)
-  alive_ids = tf.zeros([batch, k, max_decode_length], tf.int32)
+  alive_ids = tf.zeros([batch, k, buffer_length], tf.int32)
   # only the first copy of each sentence is live at step 0, or K copies would fill the beam
   alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (k - 1)], [batch, 1])
-  finished_ids = tf.zeros([batch, k, max_decode_length], tf.int32)
+  finished_ids = tf.zeros([batch, k, buffer_length], tf.int32)
   finished_scores = tf.fill([batch, k], _NEG_INF)
   last_ids = _expand_to_beam(initial_ids, k)  # -> [B, K]
 
@@ -137,7 +141,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     top_log_probs, top_indices = tf.math.top_k(flat, k=2 * k)  # -> [B, 2K]
     top_beams = top_indices // per_row
     top_tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), top_indices, batch_dims=1)
-    position = tf.one_hot(step, max_decode_length, dtype=tf.int32)  # -> [L]
+    position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
     top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
     ends = tf.equal(top_tokens, eos_id)
 

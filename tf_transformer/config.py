@@ -75,6 +75,12 @@ flags.DEFINE_enum("distribution", "default", ["default", "mirrored", "multi_work
                   "on --tpu.")
 flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical devices.")
 flags.DEFINE_string("tpu", "", "TPU name or grpc:// address (--distribution=tpu; '' = local).")
+flags.DEFINE_enum("on_nonfinite", "stop", ["stop", "skip"],
+                  "A step whose loss or gradients are NaN/Inf applies no update; then stop: end "
+                  "the run, naming the step and the last good checkpoint; skip: go on, and stop "
+                  "after --max_nonfinite_steps such steps in a row.")
+flags.DEFINE_integer("max_nonfinite_steps", 10,
+                     "With --on_nonfinite=skip, stop after this many non-finite steps in a row.")
 flags.DEFINE_integer("update_freq", 1,
                      "Accumulate the gradients of this many batches per optimizer update "
                      "(an N times larger effective batch).")
@@ -90,8 +96,9 @@ flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: gr
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
 flags.DEFINE_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size).")
 flags.DEFINE_bool("decode_jit", False,
-                  "XLA-compile the decoding loop (about 2x faster on CPU here; each new batch "
-                  "shape compiles once).")
+                  "XLA-compile the search (batches padded to shape buckets, each compiled once "
+                  "in a few seconds; 2.5-3x faster one sentence at a time, ~1.1-1.3x in batches "
+                  "of 32). Default true for export.saved_model, false elsewhere.")
 flags.DEFINE_string("saved_model", None, "Translate with this exported SavedModel version folder.")
 flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
 flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
@@ -180,6 +187,8 @@ class TrainConfig:
   distribution: str = "default"
   num_cpu_devices: int = 1
   tpu: str = ""
+  on_nonfinite: str = "stop"
+  max_nonfinite_steps: int = 10
   update_freq: int = 1
   mixed_precision: str = "float32"
   jit_compile: bool = False
@@ -236,7 +245,8 @@ def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> M
 def train_config_from_flags() -> TrainConfig:
   _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
   for name in ("train_steps", "warmup_steps", "eval_every", "save_every", "eval_batch_size",
-               "num_cpu_devices", "keep_checkpoints", "eval_beam_size", "update_freq"):
+               "num_cpu_devices", "keep_checkpoints", "eval_beam_size", "update_freq",
+               "max_nonfinite_steps"):
     _require(FLAGS[name].value > 0, f"--{name} must be positive, got {FLAGS[name].value}")
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
   static_shapes = FLAGS.jit_compile or FLAGS.distribution == "tpu"

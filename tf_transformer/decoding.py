@@ -14,7 +14,8 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0, max_decode_length=None):
+           extra_decode_length: int = 50, min_length=0, max_decode_length=None,
+           source_length=None):
   """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
 
   Args:
@@ -26,15 +27,22 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     min_length: no EOS before this many tokens.
     max_decode_length: if given, the fixed maximum instead of source_length + extra (with
       min_length equal to it, every sentence gets exactly that many decoder steps).
+    source_length: optional int32 scalar, the longest source without its padding, when
+      `source_ids` is padded wider (to a shape bucket, so that XLA compiles few shapes): the
+      search then stops where it would on the unpadded batch, and only its buffers are wider.
 
   Returns:
-    ids: int32 [batch, beam_size, max_decode_length], best first, EOS then zeros.
+    ids: int32 [batch, beam_size, L], best first, EOS then zeros; L is max_decode_length, or
+      source_ids' width + extra_decode_length.
     scores: float32 [batch, beam_size], length-normalized log-probabilities.
   """
+  buffer_length = max_decode_length
   if max_decode_length is None:
-    max_decode_length = tf.shape(source_ids)[1] + extra_decode_length
+    buffer_length = (source_ids.shape[1] or tf.shape(source_ids)[1]) + extra_decode_length
+    max_decode_length = buffer_length if source_length is None else (
+        source_length + extra_decode_length)
   memory, cross_bias = model.encode(source_ids, training=False)
-  cache = model.init_decode_cache(memory, max_decode_length)
+  cache = model.init_decode_cache(memory, buffer_length)
   forbidden = never_generated_bias(model.target_vocab_size)
 
   # the search state holds only the self-attention buffers; the rest (the projected memory,
@@ -46,7 +54,7 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
 
   ids, scores = beam_search.beam_search(
       symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],
-      beam_size, alpha, max_decode_length, EOS_ID, min_length)
+      beam_size, alpha, max_decode_length, EOS_ID, min_length, buffer_length)
   return ids, scores
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer import metrics, model_dir
+from tf_transformer.train_step import all_finite
 from tf_transformer.translator import Translator, translate_texts
 
 _SAMPLES = 4  # dev translations shown in TensorBoard at each evaluation
@@ -31,6 +32,7 @@ class Evaluator:
 
   def __init__(self, model, data, train_config, decode_config, best_dir: str, writer):
     self.data = data
+    self._model = model
     self.config = train_config
     self.writer = writer
     self.best_bleu = tf.Variable(-1.0, trainable=False, name="best_bleu")
@@ -85,7 +87,7 @@ class Evaluator:
     logging.info("step %d dev: %s", step, " ".join(f"{k} {v:.4g}" for k, v in results.items()))
     if "bleu" not in results:
       return False
-    if results["bleu"] > float(self.best_bleu.numpy()):
+    if results["bleu"] > float(self.best_bleu.numpy()) and all_finite(self._model.weights):
       self.best_bleu.assign(results["bleu"])
       self.evals_without_improvement.assign(0)
       self.best_manager.save(checkpoint_number=step)

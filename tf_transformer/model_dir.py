@@ -1,8 +1,11 @@
 """What a model directory holds: the architecture (config.json), subword models, checkpoints."""
 
 import dataclasses
+import glob
 import json
 import os
+import re
+import shutil
 
 import tensorflow as tf
 
@@ -15,32 +18,89 @@ class ModelDirError(RuntimeError):
   """A model directory or checkpoint problem, in one line that names the path."""
 
 
+def write_json(path: str, value):
+  """Writes `value` as JSON into a temporary file renamed over `path`: a reader (or a run
+  killed mid-write) sees the old file or the new one, never half of one."""
+  temporary = f"{path}.tmp-{os.getpid()}"
+  try:
+    with open(temporary, "w", encoding="utf-8") as f:
+      json.dump(value, f, indent=2)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temporary, path)
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+
+
+def check_recorded(path: str, current: dict, what: str):
+  """Records `current` in the JSON file `path` at the first run; refuses a later run whose
+  values differ, naming every differing field with both values."""
+  if not os.path.exists(path):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_json(path, current)
+    return
+  recorded = _read_json(path)
+  differing = [key for key in sorted(set(recorded) | set(current))
+               if recorded.get(key) != current.get(key)]
+  if differing:
+    was = ", ".join(f"{key}={recorded.get(key)!r}" for key in differing)
+    now = ", ".join(f"{key}={current.get(key)!r}" for key in differing)
+    raise ModelDirError(f"{path}: this model was created with {was}; the flags now give {now} "
+                        f"({what}); use the same flags or another --model_dir")
+
+
 def check_config(model_dir: str, model_config: ModelConfig):
   """Records the architecture at the first run; refuses a later run with another one."""
-  path = os.path.join(model_dir, "config.json")
-  current = dataclasses.asdict(model_config)
-  if not os.path.exists(path):
-    os.makedirs(model_dir, exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(current, f, indent=2)
-    return
-  for key, value in read_config(model_dir).__dict__.items():
-    if current.get(key) != value:
-      raise ModelDirError(
-          f"{path}: this model was created with {key}={value!r}, the flags now give "
-          f"{current.get(key)!r}; use the same flags or another --model_dir")
+  check_recorded(os.path.join(model_dir, "config.json"), dataclasses.asdict(model_config),
+                 "the architecture")
+
+
+def check_data(model_dir: str, data_config):
+  """Records what the subword models and the checkpoints depend on (languages, vocabulary
+  size and type, shared or not) before any is built; refuses a later run with others."""
+  c = data_config
+  check_recorded(os.path.join(model_dir, "data.json"),
+                 {"src_lang": c.src_lang, "tgt_lang": c.tgt_lang, "vocab_size": c.vocab_size,
+                  "spm_model_type": c.spm_model_type, "shared_vocab": c.shared_vocab},
+                 "the vocabulary")
+
+
+def _read_json(path: str) -> dict:
+  try:
+    with open(path, encoding="utf-8") as f:
+      value = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ModelDirError(f"{path}: unreadable ({e}); use another --model_dir") from None
+  if not isinstance(value, dict):
+    raise ModelDirError(f"{path}: not a JSON object; use another --model_dir")
+  return value
+
+
+def remove_partial_saves(folder: str):
+  """Deletes what a killed checkpoint save left in `folder`: its `<prefix>-N_temp` folder
+  and the files of a checkpoint newer than the last one recorded as complete."""
+  for temporary in glob.glob(os.path.join(folder, "*_temp")):
+    shutil.rmtree(temporary, ignore_errors=True)
+  for temporary in glob.glob(os.path.join(folder, "*.tmp-*")):
+    os.remove(temporary)
+  latest = tf.train.latest_checkpoint(folder)
+  newest = int(latest.rsplit("-", 1)[1]) if latest else -1
+  for path in glob.glob(os.path.join(folder, "ckpt-*")):
+    match = re.fullmatch(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)", os.path.basename(path))
+    if match and int(match.group(1)) > newest:
+      os.remove(path)
 
 
 def read_config(model_dir: str) -> ModelConfig:
   path = os.path.join(model_dir, "config.json")
+  if not os.path.exists(path):
+    raise ModelDirError(f"{path}: no such file; is {model_dir} a trained model directory?")
   try:
-    with open(path) as f:
-      return ModelConfig(**json.load(f))
-  except FileNotFoundError:
-    raise ModelDirError(f"{path}: no such file; is {model_dir} a trained model "
-                        "directory?") from None
-  except (OSError, ValueError, TypeError) as e:
-    raise ModelDirError(f"{path}: unreadable ({e}); use another --model_dir") from None
+    return ModelConfig(**_read_json(path))
+  except TypeError as e:
+    raise ModelDirError(f"{path}: not this project's model config ({e}); use another "
+                        "--model_dir") from None
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False):

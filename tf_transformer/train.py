@@ -12,7 +12,7 @@ from absl import app
 from data_pipeline.corpora import CorpusError
 from data_pipeline.parallel_data import open_data
 from data_pipeline.tokenizer import wait_for_vocabulary
-from tf_transformer import config, console, runtime, trainer
+from tf_transformer import config, console, model_dir, runtime, trainer
 from tf_transformer.model_dir import ModelDirError
 
 
@@ -23,7 +23,9 @@ def main(argv):
     train_config = config.train_config_from_flags()
     decode_config = config.decode_config_from_flags()
     strategy = runtime.set_up_runtime(train_config)
-    if not runtime.worker_info(strategy)[2]:
+    if runtime.worker_info(strategy)[2]:
+      model_dir.check_data(train_config.model_dir, data_config)
+    else:
       # the chief trains the subword model(s); the other workers must use the same ones
       wait_for_vocabulary(train_config.model_dir, data_config)
     data = open_data(data_config, train_config.model_dir)
@@ -32,6 +34,10 @@ def main(argv):
     results = trainer.create_trainer(data, model_config, train_config, decode_config,
                                      strategy).train()
   except (config.FlagError, CorpusError, ModelDirError, TimeoutError) as e:
+    sys.exit(f"error: {e}")
+  except trainer.NonFiniteTraining as e:
+    if sys.stdout.isatty():
+      print()  # ends the progress bar's line
     sys.exit(f"error: {e}")
   except trainer.TrainingInterrupted as e:
     print(f"\n{e}", file=sys.stderr)

@@ -30,6 +30,20 @@ def _scaled(gradient, scale):
   return gradient * tf.cast(scale, gradient.dtype)
 
 
+def _all_finite(loss, gradients):
+  """bool scalar: `loss` and every gradient are finite (one reduction per gradient)."""
+  values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+  norms = [tf.reduce_sum(tf.square(tf.cast(v, tf.float32))) for v in values]
+  return tf.math.is_finite(tf.cast(loss, tf.float32) + tf.add_n(norms)) if norms else (
+      tf.math.is_finite(tf.cast(loss, tf.float32)))
+
+
+def all_finite(variables) -> bool:
+  """Whether no floating-point variable of `variables` holds a NaN or Inf."""
+  return all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in variables
+             if tf.as_dtype(v.dtype).is_floating)
+
+
 def make_train_step(model, optimizer, strategy, label_smoothing: float, update_freq: int = 1,
                     jit_compile: bool = False):
   """The compiled training step: `update_freq` batches per worker, one optimizer update.
@@ -39,9 +53,15 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
   the tokens are split over replicas or micro-batches. With `jit_compile`, each replica's
   forward and backward pass is XLA-compiled (one compilation per batch shape).
 
+  A step whose loss or gradients hold a NaN or Inf on any replica applies no update: the
+  weights, the optimizer's moments and its step count stay as they were. (Under
+  mixed_float16 the loss-scale optimizer also skips overflowing scaled gradients, which it
+  expects while it finds its scale; then only the loss decides here.)
+
   Returns:
     fn(iterator) -> dict of float32 scalars summed over replicas and batches: "loss"
-    (label-smoothed), "nll", "correct" and "tokens" (real target tokens of the step), and
+    (label-smoothed), "nll", "correct" and "tokens" (real target tokens of the step);
+    "finite", 1.0 if the update was applied, 0.0 if it was not finite and skipped; and
     "shapes": int32 [update_freq, 2], the (rows, length) of each batch read. `iterator`
     yields (source_ids, target_input_ids, target_ids) int32 [batch, length].
   """
@@ -64,21 +84,35 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
     scale = 1.0 / tf.maximum(tokens, 1.0)
     optimizer.apply_gradients([(_scaled(g, scale), v) for g, v in zip(gradients, variables)])
 
+  def local_nonfinite(loss, gradients):
+    """float32 scalar: 1.0 if this replica's loss or gradients are not finite, else 0.0."""
+    finite = tf.math.is_finite(tf.cast(loss, tf.float32)) if scales_loss else (
+        _all_finite(loss, gradients))
+    return 1.0 - tf.cast(finite, tf.float32)
+
+  def apply_if_finite(nonfinite, apply_fn, args):
+    """Runs `apply_fn` on every replica unless one of them saw a non-finite value; every
+    replica takes the same branch, as its all-reduce needs. Returns the "finite" statistic."""
+    finite = tf.equal(strategy.reduce("sum", nonfinite, axis=None), 0.0)
+    if finite:
+      strategy.run(apply_fn, args=args)
+    return tf.cast(finite, tf.float32)
+
   def shape_of(batch):
     return tf.stack([tf.shape(batch[0])[0], tf.shape(batch[0])[1]])
 
   if update_freq == 1:
-    def replica_step(*batch):
+    def replica_gradients(*batch):
       gradients, stats = gradients_of(*_replica_slice(batch, local_replicas))
-      apply(gradients, stats["tokens"])
-      return stats
+      return gradients, stats, local_nonfinite(stats["loss"], gradients)
 
     @tf.function
     def train_step(iterator):
       batch = next(iterator)
-      stats = strategy.run(replica_step, args=batch)
+      gradients, stats, nonfinite = strategy.run(replica_gradients, args=batch)
+      finite = apply_if_finite(nonfinite, apply, (gradients, stats["tokens"]))
       stats = {key: strategy.reduce("sum", value, axis=None) for key, value in stats.items()}
-      return dict(stats, shapes=shape_of(batch)[tf.newaxis])
+      return dict(stats, finite=finite, shapes=shape_of(batch)[tf.newaxis])
 
     return train_step
 
@@ -97,8 +131,13 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
     local_tokens.assign_add(stats["tokens"])
     return stats
 
+  def replica_check(loss):
+    return local_nonfinite(loss, [total.read_value() for total in sums])
+
   def replica_apply():
     apply([total.read_value() for total in sums], local_tokens.read_value())
+
+  def replica_reset():
     for total in sums:
       total.assign(tf.zeros_like(total))
     local_tokens.assign(0.0)
@@ -113,7 +152,9 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
       totals = {key: totals[key] + strategy.reduce("sum", stats[key], axis=None)
                 for key in totals}
       shapes = shapes.write(i, shape_of(batch))
-    strategy.run(replica_apply)
-    return dict(totals, shapes=shapes.stack())
+    nonfinite = strategy.run(replica_check, args=(totals["loss"],))
+    finite = apply_if_finite(nonfinite, replica_apply, ())
+    strategy.run(replica_reset)
+    return dict(totals, finite=finite, shapes=shapes.stack())
 
   return train_step

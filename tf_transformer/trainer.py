@@ -1,7 +1,6 @@
 """The training loop (step, log, save, evaluate) and the assembly of a run's parts."""
 
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -19,13 +18,18 @@ from tf_transformer.evaluator import Evaluator
 from tf_transformer.model import Transformer
 from tf_transformer.optimizer import make_optimizer
 from tf_transformer.runtime import worker_info
-from tf_transformer.train_step import make_train_step
+from tf_transformer.train_step import all_finite, make_train_step
 
 _LOG_EVERY = 50  # steps between progress-bar/TensorBoard updates of the training statistics
 
 
 class TrainingInterrupted(RuntimeError):
   """Training stopped by a signal after saving a checkpoint."""
+
+
+class NonFiniteTraining(RuntimeError):
+  """The loss or the gradients became NaN/Inf (see --on_nonfinite); nothing non-finite was
+  applied or saved."""
 
 
 class _Window:
@@ -68,6 +72,7 @@ class Trainer:
       worker's a temporary folder removed at the end.
     is_chief: whether this worker writes results.json.
     compiled_shapes: (rows, length) of the batches the step has seen.
+    nonfinite_steps: steps skipped in this process for a NaN/Inf loss or gradient.
   """
   model: keras.Model
   optimizer: keras.optimizers.Optimizer
@@ -80,6 +85,7 @@ class Trainer:
   write_dir: str
   is_chief: bool = True
   compiled_shapes: set = dataclasses.field(default_factory=set)
+  nonfinite_steps: int = 0
 
   @property
   def step(self) -> int:
@@ -92,6 +98,8 @@ class Trainer:
       TrainingInterrupted: SIGINT/SIGTERM arrived; a checkpoint of the last step was saved.
     """
     stop = []
+    # the handlers stay until _loop's last save is written: a second signal during that save
+    # is noted, not raised in the middle of the write
     handlers = {sig: signal.signal(sig, lambda *_: stop.append(True))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -100,7 +108,6 @@ class Trainer:
       for sig, handler in handlers.items():
         signal.signal(sig, handler)
     if stop:
-      self.manager.save(checkpoint_number=self.step)
       raise TrainingInterrupted(
           f"stopped at step {self.step}; checkpoint saved in {self.config.model_dir}; rerun "
           "the same command to resume")
@@ -112,23 +119,57 @@ class Trainer:
     step = self.step
     progress.update(step)
     window = _Window()
+    nonfinite_in_a_row = 0
     while step < c.train_steps and not stop:
       stats = self.train_step(self.iterator)
-      step += 1
       self._note_shapes(stats["shapes"].numpy())
+      if not float(stats["finite"]):
+        nonfinite_in_a_row += 1
+        self._nonfinite_step(step + 1, nonfinite_in_a_row)
+        continue
+      nonfinite_in_a_row = 0
+      step += 1
       window.add(stats)
       if step % _LOG_EVERY == 0 or step == c.train_steps:
         self._log(step, window.scalars(float(self.optimizer.learning_rate)), progress)
         window = _Window()
       if step % c.save_every == 0:
-        self.manager.save(checkpoint_number=step)
+        self._save(step)
       if step % c.eval_every == 0 or step == c.train_steps:
         if self.evaluator.evaluate_and_select(step):
           logging.info("early stopping: no better dev BLEU in %d evaluations", c.early_stopping)
           break
         window.restart_clock()  # evaluation time is not training throughput
     if not (self.manager.latest_checkpoint or "").endswith(f"-{step}"):
-      self.manager.save(checkpoint_number=step)
+      self._save(step)
+
+  def _save(self, step: int):
+    """Checkpoints the training state, unless a weight is not finite."""
+    if not all_finite(self.model.weights + self.optimizer.variables):
+      raise NonFiniteTraining(
+          f"step {step}: a weight or optimizer moment is NaN or Inf, so no checkpoint was "
+          f"written; "
+          f"{self._last_good()}; lower --learning_rate or set --clip_norm")
+    self.manager.save(checkpoint_number=step)
+
+  def _last_good(self) -> str:
+    latest = self.manager.latest_checkpoint
+    return f"the last good checkpoint is {latest}" if latest else "no checkpoint was saved yet"
+
+  def _nonfinite_step(self, step: int, in_a_row: int):
+    """Counts a skipped non-finite step; raises NonFiniteTraining when the run must stop."""
+    self.nonfinite_steps += 1
+    with self.writer.as_default(step=step):
+      tf.summary.scalar("nonfinite_steps", self.nonfinite_steps)
+    message = (f"step {step}: the loss or the gradients are NaN or Inf; the update was not "
+               f"applied")
+    c = self.config
+    if c.on_nonfinite == "stop" or in_a_row >= c.max_nonfinite_steps:
+      reason = "" if c.on_nonfinite == "stop" else f" ({in_a_row} such steps in a row)"
+      raise NonFiniteTraining(
+          f"{message}{reason}; {self._last_good()}; lower --learning_rate or set --clip_norm "
+          "(or --on_nonfinite=skip to skip such steps)")
+    logging.warning("%s (skipped; %d in a row)", message, in_a_row)
 
   def _log(self, step: int, scalars: dict, progress):
     with self.writer.as_default(step=step):
@@ -154,8 +195,7 @@ class Trainer:
     results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy()),
                **self.evaluator.test(self.write_dir)}
     if self.is_chief:
-      with open(os.path.join(self.config.model_dir, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+      model_dir.write_json(os.path.join(self.config.model_dir, "results.json"), results)
     else:
       shutil.rmtree(self.write_dir, ignore_errors=True)
     return results
@@ -191,6 +231,8 @@ def create_trainer(data, model_config, train_config, decode_config,
   write_dir = c.model_dir if is_chief else tempfile.mkdtemp(prefix="worker_")
   if is_chief:
     model_dir.check_config(c.model_dir, model_config)
+    for folder in (c.model_dir, os.path.join(c.model_dir, "best")):
+      model_dir.remove_partial_saves(folder)
   writers = {name: (tf.summary.create_file_writer(os.path.join(c.model_dir, name))
                     if is_chief else tf.summary.create_noop_writer())
              for name in ("train", "eval")}

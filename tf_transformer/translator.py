@@ -18,6 +18,7 @@ from tf_transformer import decoding
 from tf_transformer.model_dir import ModelDirError, load_for_inference
 
 _STRINGS = tf.TensorSpec([None], tf.string)
+_WIDTH_BUCKET = 16
 
 
 class Translator(tf.Module):
@@ -32,6 +33,7 @@ class Translator(tf.Module):
     min_decode_length, max_decode_length: optional fixed bounds of the output length (the
       decoding benchmark sets both, so every system compared does the same work).
     decode_jit: XLA-compile the search (tokenization stays outside: XLA has no string ops).
+      XLA compiles once per input shape, so batches are padded to shape buckets first.
   """
 
   def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
@@ -50,8 +52,25 @@ class Translator(tf.Module):
     self.min_decode_length, self.max_decode_length = min_decode_length, max_decode_length
     search = dict(beam_size=beam_size, alpha=alpha, extra_decode_length=extra_decode_length,
                   min_length=min_decode_length, max_decode_length=max_decode_length)
-    self._decode = tf.function(lambda ids: decoding.decode(model, ids, **search),
-                               jit_compile=decode_jit)
+    self.decode_jit = decode_jit
+    self._search_ids = tf.function(
+        lambda ids, length: decoding.decode(model, ids, source_length=length, **search),
+        jit_compile=decode_jit)
+
+  def _decode(self, source_ids):
+    """int32 [B, S] -> (ids int32 [B, beam_size, L], scores float32 [B, beam_size])."""
+    batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+    if not self.decode_jit:
+      return self._search_ids(source_ids, width)
+    # shape buckets: the batch padded to a power of two with copies of its first sentence
+    # (they end when it does, so the loop runs no longer), the width to a multiple of 16
+    powers_of_two = tf.bitwise.left_shift(1, tf.range(31))
+    padded_batch = tf.reduce_min(tf.boolean_mask(powers_of_two, powers_of_two >= batch))
+    padded_width = -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
+    padded = tf.concat([source_ids, tf.tile(source_ids[:1], [padded_batch - batch, 1])], axis=0)
+    padded = tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
+    ids, scores = self._search_ids(padded, width)
+    return ids[:batch], scores[:batch]
 
   @staticmethod
   def _ids(tokenizer, texts, max_length=None):

@@ -1,9 +1,11 @@
 """The training step's equalities: micro-batches, replicas and XLA change nothing but speed."""
 
+import dataclasses
 import json
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from data_pipeline.pipeline import add_decoder_inputs
@@ -170,3 +172,39 @@ def test_mirrored_step_equals_single_device_step(tmp_path):
   # the summed loss of each batch does not depend on how its rows split over replicas
   np.testing.assert_allclose(report["mirrored_losses"], report["single_losses"], rtol=1e-5)
   assert all(np.isfinite(report["mirrored_losses"]))
+
+
+def _overflowing_model_and_batches(update_freq=1):
+  """A model whose embedding row of one token is finite but overflows the forward pass, and
+  a batch with that token (a non-finite loss) beside batches without it."""
+  keras.utils.set_random_seed(0)
+  config = dataclasses.replace(MODEL, shared_vocab=False)  # the poison stays out of the logits
+  model = Transformer(**config.__dict__)
+  optimizer = make_optimizer(config, TrainConfig(model_dir="", warmup_steps=4))
+  optimizer.build(model.trainable_variables)
+  poison = VOCAB - 1
+  embedding = model.source_embedding.embeddings
+  embedding.assign(tf.tensor_scatter_nd_update(embedding, [[poison]],
+                                               tf.fill([1, MODEL.d_model], 3e38)))
+  clean = [np.where(part == poison, 4, part) for part in make_batch(9, 3, 8)]
+  poisoned = [part.copy() for part in clean]
+  poisoned[0][0, 0] = poison
+  batches = [tuple(clean)] * update_freq + [tuple(poisoned)] * update_freq
+  iterator = iter(tf.data.Dataset.from_tensor_slices(
+      tuple(np.stack(parts) for parts in zip(*batches))))
+  return model, optimizer, make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1,
+                                           update_freq), iterator
+
+
+@pytest.mark.parametrize("update_freq", [1, 2])
+def test_non_finite_step_applies_no_update(update_freq):
+  model, optimizer, step, iterator = _overflowing_model_and_batches(update_freq)
+  stats = step(iterator)  # the clean batch(es)
+  assert float(stats["finite"]) == 1.0 and int(optimizer.iterations.numpy()) == 1
+  before = [v.numpy() for v in model.weights + optimizer.variables]
+  stats = step(iterator)  # the poisoned one(s)
+  assert not np.isfinite(float(stats["loss"]))
+  assert float(stats["finite"]) == 0.0
+  assert int(optimizer.iterations.numpy()) == 1
+  for got, expected in zip([v.numpy() for v in model.weights + optimizer.variables], before):
+    np.testing.assert_array_equal(got, expected)

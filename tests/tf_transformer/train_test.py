@@ -3,9 +3,11 @@
 import json
 import math
 import os
+import re
 import signal
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from data_pipeline import bucketing
@@ -140,3 +142,39 @@ def test_tiny_preset_trains_in_bfloat16(tmp_path):
             result.stdout.splitlines() for part in line.split(" - ") if part.startswith("loss:")]
   assert losses and all(math.isfinite(loss) for loss in losses)
   assert losses[-1] < losses[0]
+
+
+def assert_every_checkpoint_finite(folder):
+  for index in folder.glob("**/ckpt-*.index"):
+    reader = tf.train.load_checkpoint(str(index)[:-len(".index")])
+    for name, dtype in reader.get_variable_to_dtype_map().items():
+      if dtype.is_floating:
+        assert np.isfinite(reader.get_tensor(name)).all(), (index, name)
+
+
+def test_diverging_run_stops_and_names_the_last_good_checkpoint(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--learning_rate=1e12", "--save_every=1",
+                 "--train_steps=50")
+  assert result.returncode == 1, result.stderr
+  last = result.stderr.strip().splitlines()[-1]
+  assert "Traceback" not in result.stderr
+  match = re.fullmatch(
+      r"error: step (\d+): the loss or the gradients are NaN or Inf; the update was not "
+      r"applied; the last good checkpoint is (.*)/ckpt-(\d+); lower --learning_rate or set "
+      r"--clip_norm \(or --on_nonfinite=skip to skip such steps\)", last)
+  assert match, last
+  assert int(match.group(3)) == int(match.group(1)) - 1
+  assert match.group(2) == str(tmp_path / "model")
+  assert_every_checkpoint_finite(tmp_path / "model")
+
+
+def test_diverging_run_with_skip_stops_after_too_many_in_a_row(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--learning_rate=1e12", "--save_every=1",
+                 "--train_steps=50", "--on_nonfinite=skip", "--max_nonfinite_steps=3")
+  assert result.returncode == 1, result.stderr
+  assert result.stderr.count("the update was not applied (skipped;") == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert "NaN or Inf; the update was not applied (3 such steps in a row)" in last, last
+  assert_every_checkpoint_finite(tmp_path / "model")

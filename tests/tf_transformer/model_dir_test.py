@@ -1,0 +1,99 @@
+"""The model directory: what it records is checked on every rerun; partial saves are swept;
+JSON files are replaced whole."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.config import DataConfig, ModelConfig
+
+MODEL = ModelConfig(100, 100, num_layers=2, d_model=32, num_heads=4, d_ff=64)
+DATA = DataConfig(data_dir="data", src_lang="en", tgt_lang="de", vocab_size=100)
+
+
+def _changed(value):
+  if isinstance(value, bool):
+    return not value
+  if isinstance(value, (int, float)):
+    return value * 2 if value else 0.5
+  return {"post": "pre", "en": "fr", "de": "vi", "unigram": "bpe"}[value]
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ModelConfig)])
+def test_rerun_with_another_architecture_is_refused(tmp_path, field):
+  model_dir_lib.check_config(str(tmp_path), MODEL)
+  model_dir_lib.check_config(str(tmp_path), MODEL)  # the same flags: accepted
+  old = getattr(MODEL, field)
+  new = dataclasses.replace(MODEL, **{field: _changed(old)})
+  with pytest.raises(model_dir_lib.ModelDirError) as error:
+    model_dir_lib.check_config(str(tmp_path), new)
+  assert str(error.value) == (
+      f"{tmp_path}/config.json: this model was created with {field}={old!r}; the flags now "
+      f"give {field}={getattr(new, field)!r} (the architecture); use the same flags or "
+      "another --model_dir")
+
+
+@pytest.mark.parametrize("field", ["src_lang", "tgt_lang", "vocab_size", "spm_model_type",
+                                   "shared_vocab"])
+def test_rerun_with_another_vocabulary_is_refused(tmp_path, field):
+  model_dir_lib.check_data(str(tmp_path), DATA)
+  model_dir_lib.check_data(str(tmp_path), dataclasses.replace(DATA, batch_tokens=99))
+  old = getattr(DATA, field)
+  new = dataclasses.replace(DATA, **{field: _changed(old)})
+  with pytest.raises(model_dir_lib.ModelDirError) as error:
+    model_dir_lib.check_data(str(tmp_path), new)
+  assert str(error.value) == (
+      f"{tmp_path}/data.json: this model was created with {field}={old!r}; the flags now "
+      f"give {field}={getattr(new, field)!r} (the vocabulary); use the same flags or another "
+      "--model_dir")
+
+
+def test_every_differing_field_is_named(tmp_path):
+  model_dir_lib.check_data(str(tmp_path), DATA)
+  swapped = dataclasses.replace(DATA, src_lang="de", tgt_lang="en")
+  with pytest.raises(model_dir_lib.ModelDirError,
+                     match=r"created with src_lang='en', tgt_lang='de'; the flags now give "
+                           r"src_lang='de', tgt_lang='en' \(the vocabulary\)"):
+    model_dir_lib.check_data(str(tmp_path), swapped)
+
+
+@pytest.mark.parametrize("content", ["{", "[1, 2]", '{"d_model": 32, "colour": "red"}'])
+def test_corrupt_or_foreign_config_is_one_line_error(tmp_path, content):
+  (tmp_path / "config.json").write_text(content)
+  with pytest.raises(model_dir_lib.ModelDirError, match=f"^{tmp_path}/config.json: "):
+    model_dir_lib.read_config(str(tmp_path))
+
+
+def test_write_json_replaces_the_file_whole(tmp_path, monkeypatch):
+  path = str(tmp_path / "results.json")
+  model_dir_lib.write_json(path, {"bleu": 1.0})
+
+  def crash(*args, **kwargs):
+    raise OSError("disk full")
+
+  monkeypatch.setattr(json, "dump", crash)
+  with pytest.raises(OSError):
+    model_dir_lib.write_json(path, {"bleu": 2.0})
+  monkeypatch.undo()
+  assert json.loads(open(path).read()) == {"bleu": 1.0}  # the old file, whole
+  assert os.listdir(tmp_path) == ["results.json"]  # no temporary left behind
+
+
+def test_partial_saves_are_swept_and_complete_ones_kept(tmp_path):
+  variable = tf.Variable(1.0)
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(tmp_path), 3,
+                                       checkpoint_name="ckpt")
+  manager.save(checkpoint_number=5)
+  # what a save killed at step 10 leaves: its temporary folder and a half-merged checkpoint
+  (tmp_path / "ckpt-10_temp").mkdir()
+  (tmp_path / "ckpt-10_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+  (tmp_path / "ckpt-10.index").write_bytes(b"partial")
+  (tmp_path / "config.json.tmp-123").write_text("{")
+  model_dir_lib.remove_partial_saves(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-5.data-00000-of-00001",
+                                          "ckpt-5.index"]
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-5")
