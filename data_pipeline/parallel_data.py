@@ -21,13 +21,19 @@ class ParallelData:
     self.dev_paths = self._find(c.dev_prefix) if c.dev_prefix else None
     self.dev_scan = self._scan("dev", self.dev_paths) if self.dev_paths else None
     self.test_paths = self._find(c.test_prefix) if c.test_prefix else None
+    scan = self.train_scan
+    if scan.num_lines - scan.empty_pairs - len(scan.bad_lines) <= 0:
+      self._nothing_left()  # before SentencePiece, which cannot train on nothing
     self.vocabulary = self._build_vocabulary(model_dir)
     kept, too_long = pipeline.count_examples(self.train_pairs(), self.vocabulary, c.max_length)
     logging.info("train: %d pairs kept, %d dropped over --max_length=%d subword tokens",
                  kept, too_long, c.max_length)
     if kept == 0:
-      raise corpora.CorpusError(f"{self.train_paths[0]}: no pair left for training "
-                                f"(all empty, invalid or over --max_length={c.max_length})")
+      self._nothing_left()
+
+  def _nothing_left(self):
+    raise corpora.CorpusError(f"{self.train_paths[0]}: no pair left for training (all empty, "
+                              f"invalid or over --max_length={self.config.max_length})")
 
   def _find(self, prefix):
     c = self.config

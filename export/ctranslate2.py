@@ -8,14 +8,12 @@ The folder is written under a temporary name and renamed at the end.
 
 import os
 import shutil
-import sys
 
 import tensorflow as tf
-from absl import app
 
 from export.ct2_spec import transformer_spec
 from tf_transformer import config, console
-from tf_transformer.model_dir import ModelDirError, load_for_inference
+from tf_transformer.model_dir import load_for_inference
 
 FLAGS = config.FLAGS
 
@@ -65,14 +63,11 @@ def save(model, vocabulary, output_dir: str, quantization: str = "float32") -> s
 
 def main(argv):
   console.start(argv)
-  try:
-    if not FLAGS.model_dir or not FLAGS.output_dir:
-      raise config.FlagError("--model_dir and --output_dir are both required")
-    print(export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.output_dir,
-                 FLAGS.quantization))
-  except (config.FlagError, ModelDirError) as e:
-    sys.exit(f"error: {e}")
+  if not FLAGS.model_dir or not FLAGS.output_dir:
+    raise config.FlagError("--model_dir and --output_dir are both required")
+  print(export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.output_dir,
+               FLAGS.quantization))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

@@ -8,13 +8,10 @@ requests. The search is XLA-compiled unless --nodecode_jit (TF Serving then need
 """
 
 import dataclasses
-import sys
-
-from absl import app
 
 from export import serving
 from tf_transformer import config, console
-from tf_transformer.model_dir import ModelDirError, load_for_inference
+from tf_transformer.model_dir import load_for_inference
 from tf_transformer.translator import Translator
 
 FLAGS = config.FLAGS
@@ -22,14 +19,10 @@ FLAGS = config.FLAGS
 
 def main(argv):
   console.start(argv)
-  try:
-    decode_config = config.decode_config_from_flags()
-    if not FLAGS.model_dir or not FLAGS.export_dir:
-      raise config.FlagError("--model_dir and --export_dir are both required")
-    model, vocabulary, step = load_for_inference(FLAGS.model_dir, FLAGS.src_lang,
-                                                 FLAGS.tgt_lang)
-  except (config.FlagError, ModelDirError) as e:
-    sys.exit(f"error: {e}")
+  decode_config = config.decode_config_from_flags()
+  if not FLAGS.model_dir or not FLAGS.export_dir:
+    raise config.FlagError("--model_dir and --export_dir are both required")
+  model, vocabulary, step = load_for_inference(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang)
   # translate_nbest returns the whole beam
   decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
   module = Translator(model, vocabulary, **dataclasses.asdict(decode_config))
@@ -41,4 +34,4 @@ def main(argv):
 
 if __name__ == "__main__":
   FLAGS.set_default("decode_jit", True)  # a server decodes for long: the compilations pay
-  app.run(main)
+  console.run(main)

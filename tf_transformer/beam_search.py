@@ -73,6 +73,8 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
   `max_decode_length` or when no live hypothesis can still beat the worst finished one of its
   sentence (log-probabilities only fall, so a live hypothesis's best possible score is its
   log-probability over the largest penalty, reached at max length when alpha >= 0).
+  Each sentence has its own maximum length: past it, its hypotheses stay as they are while
+  the others go on, so a sentence's result does not depend on the batch it is decoded in.
 
   Args:
     symbols_to_logits_fn: fn(ids [B * K], step int32 scalar, cache) -> (logits float32
@@ -81,11 +83,11 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     initial_cache: nested structure of [B, ...] tensors (expanded to [B * K, ...] here).
     beam_size: K >= 1.
     alpha: length-penalty exponent (0: raw log-probabilities).
-    max_decode_length: int32 scalar, at most this many tokens (EOS included).
+    max_decode_length: int32 scalar or [B], at most this many tokens (EOS included).
     eos_id: end-of-sentence id.
     min_length: EOS cannot be produced before this many tokens (EOS included).
-    buffer_length: L, the width of the output ids (>= max_decode_length; default equal). A
-      static L with a tensor max_decode_length lets XLA compile one search for many limits.
+    buffer_length: L, the width of the output ids (>= every max_decode_length; required when
+      that is a tensor). A static L lets XLA compile one search for many limits.
 
   Returns:
     ids: int32 [B, K, L], the tokens of each hypothesis, best first; EOS included, then 0s.
@@ -95,7 +97,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
   batch = tf.shape(initial_ids)[0]
   if buffer_length is None:
     buffer_length = max_decode_length
-  max_decode_length = tf.convert_to_tensor(max_decode_length, tf.int32)
+  limits = tf.broadcast_to(tf.convert_to_tensor(max_decode_length, tf.int32), [batch])  # [B]
   min_length = tf.convert_to_tensor(min_length, tf.int32)
   k = beam_size
 
@@ -107,16 +109,16 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
   finished_scores = tf.fill([batch, k], _NEG_INF)
   last_ids = _expand_to_beam(initial_ids, k)  # -> [B, K]
 
-  def best_alive_cannot_win(alive_log_probs, finished_scores):
-    best_possible = alive_log_probs[:, 0] / length_penalty(max_decode_length, alpha)
+  def sentences_done(step, alive_log_probs, finished_scores):
+    """bool [B]: past its limit, or no live hypothesis can still beat its worst finished one."""
+    best_possible = alive_log_probs[:, 0] / length_penalty(limits, alpha)
     worst_finished = tf.reduce_min(finished_scores, axis=1)
-    return tf.reduce_all(best_possible < worst_finished)
+    return (best_possible < worst_finished) | (step >= limits)
 
   def not_done(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
                finished_scores):
-    return tf.logical_and(step < max_decode_length,
-                          tf.logical_not(best_alive_cannot_win(alive_log_probs,
-                                                               finished_scores)))
+    return tf.logical_not(tf.reduce_all(sentences_done(step, alive_log_probs,
+                                                       finished_scores)))
 
   def body(*state):
     # gathers and reshapes lose static dims; the loop needs each state's shape kept
@@ -125,6 +127,8 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
 
   def step_once(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
                 finished_scores):
+    frozen = step >= limits  # [B]: these sentences keep their hypotheses as they are
+    old = (alive_ids, alive_log_probs, finished_ids, finished_scores)
     logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
     logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
     vocab_size = tf.shape(logits)[-1]
@@ -159,6 +163,10 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     scores = tf.concat([finished_scores, new_scores], axis=1)  # -> [B, 3K]
     finished_scores, keep = tf.math.top_k(scores, k=k)
     finished_ids = _gather_beams(tf.concat([finished_ids, top_ids], axis=1), keep)
+    alive_ids, alive_log_probs, finished_ids, finished_scores = (
+        tf.where(tf.reshape(frozen, [-1] + [1] * (new.shape.rank - 1)), previous, new)
+        for new, previous in zip((alive_ids, alive_log_probs, finished_ids, finished_scores),
+                                 old))
     return (step + 1, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
             finished_scores)
 
@@ -168,7 +176,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
       not_done, body, state)
 
   # sentences short of K finished hypotheses take their best live ones (scored likewise)
-  alive_scores = alive_log_probs / length_penalty(max_decode_length, alpha)
+  alive_scores = alive_log_probs / length_penalty(limits[:, tf.newaxis], alpha)
   scores = tf.concat([finished_scores, alive_scores], axis=1)  # -> [B, 2K]
   ids = tf.concat([finished_ids, alive_ids], axis=1)
   is_finished = tf.concat([tf.fill([batch, k], True), tf.fill([batch, k], False)], axis=1)

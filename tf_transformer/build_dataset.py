@@ -10,12 +10,10 @@ The files are validated first (line counts, UTF-8: --on_bad_line), then written 
 train/validation/test splits of a TFDS translation dataset.
 """
 
-import sys
 
-from absl import app, logging
+from absl import logging
 
 from data_pipeline import tfds_data
-from data_pipeline.corpora import CorpusError
 from tf_transformer import config, console
 
 FLAGS = config.FLAGS
@@ -39,13 +37,10 @@ def _split_files() -> dict:
 
 def main(argv):
   console.start(argv)
-  try:
-    if not FLAGS.name or not FLAGS.out:
-      raise config.FlagError("--name and --out are required")
-    builder = tfds_data.build_dataset(_split_files(), FLAGS.name, FLAGS.out, FLAGS.src_lang,
-                                      FLAGS.tgt_lang, FLAGS.on_bad_line)
-  except (config.FlagError, CorpusError) as e:
-    sys.exit(f"error: {e}")
+  if not FLAGS.name or not FLAGS.out:
+    raise config.FlagError("--name and --out are required")
+  builder = tfds_data.build_dataset(_split_files(), FLAGS.name, FLAGS.out, FLAGS.src_lang,
+                                    FLAGS.tgt_lang, FLAGS.on_bad_line)
   splits = builder.info.splits
   logging.info("wrote %s: %s", builder.data_dir,
                ", ".join(f"{name} {splits[name].num_examples} pairs in "
@@ -54,4 +49,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

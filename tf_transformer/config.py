@@ -9,6 +9,8 @@ import dataclasses
 
 from absl import flags
 
+from tf_transformer.console import UserError
+
 # ---------------------------------------------------------------- data
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files {prefix}.{lang}[.gz].")
 flags.DEFINE_string("dataset", "",
@@ -22,24 +24,28 @@ flags.DEFINE_string("tgt_lang", "de", "Target language suffix of the corpus file
 flags.DEFINE_string("train_prefix", "train", "Training corpus: {data_dir}/{train_prefix}.{lang}.")
 flags.DEFINE_string("dev_prefix", "val", "Dev corpus (loss, BLEU, best checkpoint).")
 flags.DEFINE_string("test_prefix", None, "Test corpus, scored once after training.")
-flags.DEFINE_integer("max_length", 100, "Pairs with more subword tokens on a side are dropped.")
-flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size (per model).")
+flags.DEFINE_integer("max_length", 100, "Pairs with more subword tokens on a side are dropped.",
+                     lower_bound=1)
+flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary size (per model).",
+                     lower_bound=16)
 flags.DEFINE_enum("spm_model_type", "unigram", ["unigram", "bpe"], "SentencePiece algorithm.")
 flags.DEFINE_bool("shared_vocab", True,
                   "One joint vocabulary and one embedding matrix for source, target and "
                   "softmax; false: separate vocabularies, the target matrix still ties the softmax.")
 flags.DEFINE_integer("spm_input_sentences", 2_000_000,
-                     "At most this many sentences (sampled) train the SentencePiece model.")
+                     "At most this many sentences (sampled) train the SentencePiece model.",
+                     lower_bound=1)
 flags.DEFINE_enum("on_bad_line", "error", ["error", "skip"],
                   "A line that is not UTF-8: stop with its file:line, or skip the pair.")
-flags.DEFINE_integer("batch_tokens", 4096, "Tokens per batch (per side, counting padding).")
-flags.DEFINE_integer("shuffle_buffer", 100_000, "Examples in the shuffle buffer.")
+flags.DEFINE_integer("batch_tokens", 4096, "Tokens per batch (per side, counting padding).",
+                     lower_bound=1)
+flags.DEFINE_integer("shuffle_buffer", 100_000, "Examples in the shuffle buffer.", lower_bound=1)
 
 # ---------------------------------------------------------------- model
-flags.DEFINE_integer("num_layers", 6, "Encoder and decoder layers (each).")
-flags.DEFINE_integer("d_model", 512, "Model width.")
-flags.DEFINE_integer("num_heads", 8, "Attention heads.")
-flags.DEFINE_integer("d_ff", 2048, "Inner width of the feed-forward layers.")
+flags.DEFINE_integer("num_layers", 6, "Encoder and decoder layers (each).", lower_bound=1)
+flags.DEFINE_integer("d_model", 512, "Model width.", lower_bound=1)
+flags.DEFINE_integer("num_heads", 8, "Attention heads.", lower_bound=1)
+flags.DEFINE_integer("d_ff", 2048, "Inner width of the feed-forward layers.", lower_bound=1)
 flags.DEFINE_float("dropout_rate", 0.1, "Residual and embedding dropout.")
 flags.DEFINE_float("attention_dropout_rate", 0.1, "Dropout on attention weights.")
 flags.DEFINE_float("relu_dropout_rate", 0.1, "Dropout after the feed-forward ReLU.")
@@ -49,22 +55,26 @@ flags.DEFINE_bool("padding_aware_ffn", True, "Skip padded positions in the feed-
 
 # ---------------------------------------------------------------- training
 flags.DEFINE_string("model_dir", None, "Checkpoints, vocabulary, TensorBoard logs.")
-flags.DEFINE_integer("train_steps", 100_000, "Optimizer steps in total (resumes count).")
-flags.DEFINE_integer("warmup_steps", 4000, "Noam schedule warm-up steps.")
+flags.DEFINE_integer("train_steps", 100_000, "Optimizer steps in total (resumes count).",
+                     lower_bound=1)
+flags.DEFINE_integer("warmup_steps", 4000, "Noam schedule warm-up steps.", lower_bound=1)
 flags.DEFINE_float("learning_rate", 1.0, "Multiplier of the Noam schedule (its peak is "
                    "learning_rate * (d_model * warmup_steps)^-0.5).")
 flags.DEFINE_float("label_smoothing", 0.1, "Label smoothing epsilon.")
 flags.DEFINE_float("clip_norm", 0.0, "Clip gradients to this global norm (0: off).")
-flags.DEFINE_integer("eval_every", 1000, "Steps between dev evaluations.")
-flags.DEFINE_integer("save_every", 1000, "Steps between checkpoints.")
-flags.DEFINE_integer("keep_checkpoints", 5, "Recent checkpoints kept (the best is kept apart).")
-flags.DEFINE_integer("eval_sentences", 1000, "Dev sentences decoded for BLEU (0: all).")
-flags.DEFINE_integer("eval_batch_size", 64, "Sentences per decoding batch.")
+flags.DEFINE_integer("eval_every", 1000, "Steps between dev evaluations.", lower_bound=1)
+flags.DEFINE_integer("save_every", 1000, "Steps between checkpoints.", lower_bound=1)
+flags.DEFINE_integer("keep_checkpoints", 5, "Recent checkpoints kept (the best is kept apart).",
+                     lower_bound=1)
+flags.DEFINE_integer("eval_sentences", 1000, "Dev sentences decoded for BLEU (0: all).",
+                     lower_bound=0)
+flags.DEFINE_integer("eval_batch_size", 64, "Sentences per decoding batch.", lower_bound=1)
 flags.DEFINE_integer("extra_decode_length", 50,
-                     "Decoding stops at source length + this many tokens.")
-flags.DEFINE_integer("eval_beam_size", 4, "Beam size of the dev BLEU (1: greedy).")
+                     "Decoding stops at source length + this many tokens.", lower_bound=1)
+flags.DEFINE_integer("eval_beam_size", 4, "Beam size of the dev BLEU (1: greedy).", lower_bound=1)
 flags.DEFINE_integer("early_stopping", 0,
-                     "Stop after this many evaluations without a better dev BLEU (0: off).")
+                     "Stop after this many evaluations without a better dev BLEU (0: off).",
+                     lower_bound=0)
 flags.DEFINE_integer("seed", 1234, "Seed of initialisation, dropout and data order.")
 flags.DEFINE_bool("deterministic", False,
                   "Enable TF op determinism (bit-exact reruns and resumes; slower).")
@@ -73,17 +83,19 @@ flags.DEFINE_enum("distribution", "default", ["default", "mirrored", "multi_work
                   "--num_cpu_devices logical CPUs when there is no GPU; multi_worker: "
                   "MultiWorkerMirroredStrategy across the hosts of TF_CONFIG; tpu: TPUStrategy "
                   "on --tpu.")
-flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical devices.")
+flags.DEFINE_integer("num_cpu_devices", 1, "Split the CPU into this many logical devices.",
+                     lower_bound=1)
 flags.DEFINE_string("tpu", "", "TPU name or grpc:// address (--distribution=tpu; '' = local).")
 flags.DEFINE_enum("on_nonfinite", "stop", ["stop", "skip"],
                   "A step whose loss or gradients are NaN/Inf applies no update; then stop: end "
                   "the run, naming the step and the last good checkpoint; skip: go on, and stop "
                   "after --max_nonfinite_steps such steps in a row.")
 flags.DEFINE_integer("max_nonfinite_steps", 10,
-                     "With --on_nonfinite=skip, stop after this many non-finite steps in a row.")
+                     "With --on_nonfinite=skip, stop after this many non-finite steps in a row.",
+                     lower_bound=1)
 flags.DEFINE_integer("update_freq", 1,
                      "Accumulate the gradients of this many batches per optimizer update "
-                     "(an N times larger effective batch).")
+                     "(an N times larger effective batch).", lower_bound=1)
 flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
                   "Keras dtype policy of training: float32 variables, 16-bit compute; logits, "
                   "softmax and loss stay float32; mixed_float16 adds dynamic loss scaling.")
@@ -92,9 +104,11 @@ flags.DEFINE_bool("jit_compile", False,
                   "bucket; needs --nopadding_aware_ffn, whose gather has data-dependent shapes).")
 
 # ---------------------------------------------------------------- decoding
-flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).")
+flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).",
+                     lower_bound=1)
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
-flags.DEFINE_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size).")
+flags.DEFINE_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size).",
+                     lower_bound=1)
 flags.DEFINE_bool("decode_jit", False,
                   "XLA-compile the search (batches padded to shape buckets, each compiled once "
                   "in a few seconds; 2.5-3x faster one sentence at a time, ~1.1-1.3x in batches "
@@ -102,7 +116,7 @@ flags.DEFINE_bool("decode_jit", False,
 flags.DEFINE_string("saved_model", None, "Translate with this exported SavedModel version folder.")
 flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
 flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
-flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.", lower_bound=1)
 
 # ---------------------------------------------------------------- files of the other CLIs
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path "
@@ -205,7 +219,7 @@ class DecodeConfig:
   decode_jit: bool = False
 
 
-class FlagError(ValueError):
+class FlagError(UserError, ValueError):
   """A flag is missing or out of range; the message names it."""
 
 
@@ -225,8 +239,6 @@ def data_config_from_flags() -> DataConfig:
            "--data_dir is required (the folder of the corpus files), or --dataset=tfds:NAME")
   _require(not FLAGS.dataset or FLAGS.dataset.startswith("tfds:"),
            f"--dataset must look like tfds:NAME or tfds:NAME/CONFIG, got {FLAGS.dataset!r}")
-  _require(FLAGS.max_length > 0, f"--max_length must be positive, got {FLAGS.max_length}")
-  _require(FLAGS.vocab_size >= 16, f"--vocab_size must be at least 16, got {FLAGS.vocab_size}")
   _require(FLAGS.batch_tokens > FLAGS.max_length,
            f"--batch_tokens ({FLAGS.batch_tokens}) must exceed --max_length ({FLAGS.max_length})")
   return _from_flags(DataConfig)
@@ -244,10 +256,6 @@ def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> M
 
 def train_config_from_flags() -> TrainConfig:
   _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
-  for name in ("train_steps", "warmup_steps", "eval_every", "save_every", "eval_batch_size",
-               "num_cpu_devices", "keep_checkpoints", "eval_beam_size", "update_freq",
-               "max_nonfinite_steps"):
-    _require(FLAGS[name].value > 0, f"--{name} must be positive, got {FLAGS[name].value}")
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
   static_shapes = FLAGS.jit_compile or FLAGS.distribution == "tpu"
   _require(not (static_shapes and FLAGS.padding_aware_ffn),
@@ -257,9 +265,7 @@ def train_config_from_flags() -> TrainConfig:
 
 
 def decode_config_from_flags() -> DecodeConfig:
-  _require(FLAGS.beam_size >= 1, f"--beam_size must be at least 1, got {FLAGS.beam_size}")
   _require(FLAGS.alpha >= 0.0, f"--alpha must not be negative, got {FLAGS.alpha}")
   _require(1 <= FLAGS.nbest <= FLAGS.beam_size,
            f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
-  _require(FLAGS.extra_decode_length >= 1, "--extra_decode_length must be positive")
   return _from_flags(DecodeConfig)

@@ -14,8 +14,7 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0, max_decode_length=None,
-           source_length=None):
+           extra_decode_length: int = 50, min_length=0, max_decode_length=None):
   """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
 
   Args:
@@ -23,13 +22,11 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
     beam_size: hypotheses kept per sentence.
     alpha: GNMT length-penalty exponent.
-    extra_decode_length: at most source_length + this many target tokens (EOS included).
+    extra_decode_length: each sentence gets at most its source length (EOS included) + this
+      many target tokens (EOS included), whatever the batch it is in.
     min_length: no EOS before this many tokens.
     max_decode_length: if given, the fixed maximum instead of source_length + extra (with
       min_length equal to it, every sentence gets exactly that many decoder steps).
-    source_length: optional int32 scalar, the longest source without its padding, when
-      `source_ids` is padded wider (to a shape bucket, so that XLA compiles few shapes): the
-      search then stops where it would on the unpadded batch, and only its buffers are wider.
 
   Returns:
     ids: int32 [batch, beam_size, L], best first, EOS then zeros; L is max_decode_length, or
@@ -39,8 +36,8 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
   buffer_length = max_decode_length
   if max_decode_length is None:
     buffer_length = (source_ids.shape[1] or tf.shape(source_ids)[1]) + extra_decode_length
-    max_decode_length = buffer_length if source_length is None else (
-        source_length + extra_decode_length)
+    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+    max_decode_length = source_lengths + extra_decode_length  # -> [batch]
   memory, cross_bias = model.encode(source_ids, training=False)
   cache = model.init_decode_cache(memory, buffer_length)
   forbidden = never_generated_bias(model.target_vocab_size)

@@ -6,27 +6,21 @@ The datasets, their sources and licenses are listed in data_pipeline/public_corp
 """
 
 import os
-import sys
 
-from absl import app
-
-from data_pipeline.public_corpora import DATASETS, DownloadError, download
-from tf_transformer import config
+from data_pipeline.public_corpora import DATASETS, download
+from tf_transformer import config, console
 
 FLAGS = config.FLAGS
 
 
 def main(argv: list[str]) -> None:
   if len(argv) != 2:
-    sys.exit(f"error: usage: python -m tf_transformer.download {{{'|'.join(DATASETS)}}} "
-             "--out DIR [--base_url URL]")
+    raise console.UserError(f"usage: python -m tf_transformer.download "
+                            f"{{{'|'.join(DATASETS)}}} --out DIR [--base_url URL]")
   out = FLAGS.out or os.path.join("data", argv[1])
-  try:
-    paths = download(argv[1], out, base_url=FLAGS.base_url)
-  except (DownloadError, OSError) as e:
-    sys.exit(f"error: {e}")
+  paths = download(argv[1], out, base_url=FLAGS.base_url)
   print(f"{len(paths)} files checked in {out}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

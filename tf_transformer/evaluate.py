@@ -6,14 +6,11 @@ Prints sacreBLEU (with its signature), chrF and BLEU-1..4, writes the hypotheses
 """
 
 import json
-import sys
 
 import keras
-from absl import app
 
-from data_pipeline.corpora import CorpusError, read_parallel, scan_parallel
+from data_pipeline.corpora import read_parallel, scan_parallel
 from tf_transformer import config, console, metrics
-from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import load_translate_nbest, translate_texts
 
 FLAGS = config.FLAGS
@@ -21,22 +18,19 @@ FLAGS = config.FLAGS
 
 def main(argv):
   console.start(argv)
-  try:
-    if not FLAGS.src or not FLAGS.ref:
-      raise config.FlagError("--src and --ref are both required")
-    decode_config = config.decode_config_from_flags()
-    scan_parallel(FLAGS.src, FLAGS.ref)
-    pairs = read_parallel(FLAGS.src, FLAGS.ref)
-    translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
-                                           FLAGS.tgt_lang, decode_config)
-  except (config.FlagError, CorpusError, ModelDirError) as e:
-    sys.exit(f"error: {e}")
+  if not FLAGS.src or not FLAGS.ref:
+    raise config.FlagError("--src and --ref are both required")
+  decode_config = config.decode_config_from_flags()
+  scan_parallel(FLAGS.src, FLAGS.ref)
+  pairs = read_parallel(FLAGS.src, FLAGS.ref)
+  translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
+                                         FLAGS.tgt_lang, decode_config)
   sources, references = [list(side) for side in zip(*pairs)]
-  outputs, _ = translate_texts(translate_nbest, sources, FLAGS.batch_size,
-                               keras.utils.Progbar(len(sources), unit_name="sentence"))
-  hypotheses = [nbest[0] for nbest in outputs]
   path = FLAGS.output or "hypotheses.txt"
-  with open(path, "w", encoding="utf-8") as f:
+  with console.output_file(path) as f:
+    outputs, _ = translate_texts(translate_nbest, sources, FLAGS.batch_size,
+                                 keras.utils.Progbar(len(sources), unit_name="sentence"))
+    hypotheses = [nbest[0] for nbest in outputs]
     f.writelines(h + "\n" for h in hypotheses)
   results = metrics.report(hypotheses, references)
   print(f"{results['bleu_text']}  ({results['bleu_signature']})")
@@ -47,4 +41,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

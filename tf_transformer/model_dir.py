@@ -11,10 +11,11 @@ import tensorflow as tf
 
 from data_pipeline import tokenizer
 from tf_transformer.config import ModelConfig
+from tf_transformer.console import UserError
 from tf_transformer.model import Transformer
 
 
-class ModelDirError(RuntimeError):
+class ModelDirError(UserError):
   """A model directory or checkpoint problem, in one line that names the path."""
 
 
@@ -48,6 +49,25 @@ def check_recorded(path: str, current: dict, what: str):
     now = ", ".join(f"{key}={current.get(key)!r}" for key in differing)
     raise ModelDirError(f"{path}: this model was created with {was}; the flags now give {now} "
                         f"({what}); use the same flags or another --model_dir")
+
+
+def ensure_directory(model_dir: str):
+  """Creates `model_dir` if needed; a file in its place is a ModelDirError."""
+  if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+    raise ModelDirError(f"{model_dir}: not a directory (--model_dir names a folder)")
+  os.makedirs(model_dir, exist_ok=True)
+
+
+def latest_checkpoint(folder: str) -> str | None:
+  """The newest complete checkpoint of `folder`, None if it has none yet; a ModelDirError if
+  its `checkpoint` state file names none that exists (TensorFlow would only log that)."""
+  state = os.path.join(folder, "checkpoint")
+  latest = tf.train.latest_checkpoint(folder)
+  if latest is None and os.path.exists(state):
+    raise ModelDirError(f"{state}: names no readable checkpoint (a corrupt file, or its "
+                        "checkpoints are gone); delete it and the checkpoints it named, or use "
+                        "another --model_dir")
+  return latest
 
 
 def check_config(model_dir: str, model_config: ModelConfig):
@@ -84,7 +104,7 @@ def remove_partial_saves(folder: str):
     shutil.rmtree(temporary, ignore_errors=True)
   for temporary in glob.glob(os.path.join(folder, "*.tmp-*")):
     os.remove(temporary)
-  latest = tf.train.latest_checkpoint(folder)
+  latest = latest_checkpoint(folder)
   newest = int(latest.rsplit("-", 1)[1]) if latest else -1
   for path in glob.glob(os.path.join(folder, "ckpt-*")):
     match = re.fullmatch(r"ckpt-(\d+)\.(index|data-\d+-of-\d+)", os.path.basename(path))
@@ -126,8 +146,10 @@ def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str):
   Returns:
     (Transformer, tokenizer.Vocabulary, checkpoint step).
   """
-  if not os.path.isdir(model_dir):
+  if not os.path.exists(model_dir):
     raise ModelDirError(f"{model_dir}: no such directory")
+  if not os.path.isdir(model_dir):
+    raise ModelDirError(f"{model_dir}: not a directory (--model_dir names a folder)")
   model_config = read_config(model_dir)
   paths = tokenizer.vocabulary_paths(model_dir, model_config.shared_vocab, src_lang,
                                      tgt_lang)
@@ -135,8 +157,7 @@ def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str):
     if not os.path.exists(path):
       raise ModelDirError(f"{path}: no such file (check --src_lang/--tgt_lang)")
   vocabulary = tokenizer.load_vocabulary(*paths)
-  path = (tf.train.latest_checkpoint(os.path.join(model_dir, "best")) or
-          tf.train.latest_checkpoint(model_dir))
+  path = (latest_checkpoint(os.path.join(model_dir, "best")) or latest_checkpoint(model_dir))
   if not path:
     raise ModelDirError(f"{model_dir}: no checkpoint to load")
   model = Transformer(**dataclasses.asdict(model_config))

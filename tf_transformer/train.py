@@ -7,13 +7,9 @@ on --test_prefix; Ctrl-C saves a checkpoint and exits. `--helpfull` lists every 
 import json
 import sys
 
-from absl import app
-
-from data_pipeline.corpora import CorpusError
 from data_pipeline.parallel_data import open_data
 from data_pipeline.tokenizer import wait_for_vocabulary
 from tf_transformer import config, console, model_dir, runtime, trainer
-from tf_transformer.model_dir import ModelDirError
 
 
 def main(argv):
@@ -24,6 +20,7 @@ def main(argv):
     decode_config = config.decode_config_from_flags()
     strategy = runtime.set_up_runtime(train_config)
     if runtime.worker_info(strategy)[2]:
+      model_dir.ensure_directory(train_config.model_dir)
       model_dir.check_data(train_config.model_dir, data_config)
     else:
       # the chief trains the subword model(s); the other workers must use the same ones
@@ -33,12 +30,6 @@ def main(argv):
                                                    data.vocabulary.target_size)
     results = trainer.create_trainer(data, model_config, train_config, decode_config,
                                      strategy).train()
-  except (config.FlagError, CorpusError, ModelDirError, TimeoutError) as e:
-    sys.exit(f"error: {e}")
-  except trainer.NonFiniteTraining as e:
-    if sys.stdout.isatty():
-      print()  # ends the progress bar's line
-    sys.exit(f"error: {e}")
   except trainer.TrainingInterrupted as e:
     print(f"\n{e}", file=sys.stderr)
     sys.exit(130)
@@ -46,4 +37,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_transformer import model_dir
+from tf_transformer.console import UserError
 from tf_transformer.evaluator import Evaluator
 from tf_transformer.model import Transformer
 from tf_transformer.optimizer import make_optimizer
@@ -27,7 +28,7 @@ class TrainingInterrupted(RuntimeError):
   """Training stopped by a signal after saving a checkpoint."""
 
 
-class NonFiniteTraining(RuntimeError):
+class NonFiniteTraining(UserError):
   """The loss or the gradients became NaN/Inf (see --on_nonfinite); nothing non-finite was
   applied or saved."""
 
@@ -133,13 +134,16 @@ class Trainer:
       if step % _LOG_EVERY == 0 or step == c.train_steps:
         self._log(step, window.scalars(float(self.optimizer.learning_rate)), progress)
         window = _Window()
-      if step % c.save_every == 0:
-        self._save(step)
+      # evaluate first, so a checkpoint holds the dev results of its own step: a run killed
+      # while evaluating resumes from the previous checkpoint and evaluates this step again
       if step % c.eval_every == 0 or step == c.train_steps:
-        if self.evaluator.evaluate_and_select(step):
+        stop_early = self.evaluator.evaluate_and_select(step)
+        window.restart_clock()  # evaluation time is not training throughput
+        if stop_early:
           logging.info("early stopping: no better dev BLEU in %d evaluations", c.early_stopping)
           break
-        window.restart_clock()  # evaluation time is not training throughput
+      if step % c.save_every == 0:
+        self._save(step)
     if not (self.manager.latest_checkpoint or "").endswith(f"-{step}"):
       self._save(step)
 
@@ -232,7 +236,7 @@ def create_trainer(data, model_config, train_config, decode_config,
   if is_chief:
     model_dir.check_config(c.model_dir, model_config)
     for folder in (c.model_dir, os.path.join(c.model_dir, "best")):
-      model_dir.remove_partial_saves(folder)
+      model_dir.remove_partial_saves(folder)  # and checks its checkpoint state is readable
   writers = {name: (tf.summary.create_file_writer(os.path.join(c.model_dir, name))
                     if is_chief else tf.summary.create_noop_writer())
              for name in ("train", "eval")}
@@ -250,7 +254,7 @@ def create_trainer(data, model_config, train_config, decode_config,
   manager = tf.train.CheckpointManager(checkpoint, write_dir, c.keep_checkpoints,
                                        checkpoint_name="ckpt")
   # every worker resumes from the chief's checkpoint (model_dir is on a shared file system)
-  latest = tf.train.latest_checkpoint(c.model_dir)
+  latest = model_dir.latest_checkpoint(c.model_dir)
   if latest:
     model_dir.restore(checkpoint, latest)
     logging.info("resumed from %s at step %d", latest, int(optimizer.iterations.numpy()))

@@ -6,13 +6,12 @@ Output: one line per input line, in order; an empty line stays empty. With --nbe
 hypothesis is a line `index ||| translation ||| score` (the Moses n-best format).
 """
 
+import contextlib
 import sys
 
 import keras
-from absl import app
 
 from tf_transformer import config, console
-from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import load_translate_nbest, translate_texts
 
 FLAGS = config.FLAGS
@@ -36,20 +35,17 @@ def read_lines(path: str | None) -> list[str]:
 
 def main(argv):
   console.start(argv)
-  try:
-    decode_config = config.decode_config_from_flags()
-    if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):
-      raise config.FlagError("--beam_size and --alpha are fixed in a SavedModel at export")
-    translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
-                                           FLAGS.tgt_lang, decode_config)
-    texts = read_lines(FLAGS.input)
-  except (config.FlagError, ModelDirError) as e:
-    sys.exit(f"error: {e}")
-  # the bar prints on stdout: only when the translations go to a file
-  progress = keras.utils.Progbar(len(texts), unit_name="sentence") if FLAGS.output else None
-  outputs, scores = translate_texts(translate_nbest, texts, FLAGS.batch_size, progress)
-  out = open(FLAGS.output, "w", encoding="utf-8") if FLAGS.output else sys.stdout
-  with out:
+  decode_config = config.decode_config_from_flags()
+  if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):
+    raise config.FlagError("--beam_size and --alpha are fixed in a SavedModel at export")
+  translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
+                                         FLAGS.tgt_lang, decode_config)
+  texts = read_lines(FLAGS.input)
+  with (console.output_file(FLAGS.output) if FLAGS.output
+        else contextlib.nullcontext(sys.stdout)) as out:
+    # the bar prints on stdout: only when the translations go to a file
+    progress = keras.utils.Progbar(len(texts), unit_name="sentence") if FLAGS.output else None
+    outputs, scores = translate_texts(translate_nbest, texts, FLAGS.batch_size, progress)
     for index, (nbest, nbest_scores) in enumerate(zip(outputs, scores)):
       if FLAGS.nbest == 1:
         out.write(nbest[0] + "\n")
@@ -59,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  console.run(main)

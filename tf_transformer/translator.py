@@ -34,12 +34,14 @@ class Translator(tf.Module):
       decoding benchmark sets both, so every system compared does the same work).
     decode_jit: XLA-compile the search (tokenization stays outside: XLA has no string ops).
       XLA compiles once per input shape, so batches are padded to shape buckets first.
+    max_batch_size: larger requests to serve, translate_nbest and score are decoded this many
+      sentences at a time (align decodes a request at once: it is for a few sentences).
   """
 
   def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
                max_length: int = 100, extra_decode_length: int = 50,
                min_decode_length: int = 0, max_decode_length: int | None = None,
-               decode_jit: bool = False):
+               decode_jit: bool = False, max_batch_size: int = 64):
     super().__init__(name="translator")
     if not 1 <= nbest <= beam_size:
       raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
@@ -53,23 +55,24 @@ class Translator(tf.Module):
     search = dict(beam_size=beam_size, alpha=alpha, extra_decode_length=extra_decode_length,
                   min_length=min_decode_length, max_decode_length=max_decode_length)
     self.decode_jit = decode_jit
-    self._search_ids = tf.function(
-        lambda ids, length: decoding.decode(model, ids, source_length=length, **search),
-        jit_compile=decode_jit)
+    self.max_batch_size = max_batch_size
+    self._search_ids = tf.function(lambda ids: decoding.decode(model, ids, **search),
+                                   jit_compile=decode_jit)
 
   def _decode(self, source_ids):
     """int32 [B, S] -> (ids int32 [B, beam_size, L], scores float32 [B, beam_size])."""
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
     if not self.decode_jit:
-      return self._search_ids(source_ids, width)
+      return self._search_ids(source_ids)
     # shape buckets: the batch padded to a power of two with copies of its first sentence
-    # (they end when it does, so the loop runs no longer), the width to a multiple of 16
+    # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
+    # sentence's search stops at its own length limit, so neither changes its result)
     powers_of_two = tf.bitwise.left_shift(1, tf.range(31))
     padded_batch = tf.reduce_min(tf.boolean_mask(powers_of_two, powers_of_two >= batch))
     padded_width = -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
     padded = tf.concat([source_ids, tf.tile(source_ids[:1], [padded_batch - batch, 1])], axis=0)
     padded = tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
-    ids, scores = self._search_ids(padded, width)
+    ids, scores = self._search_ids(padded)
     return ids[:batch], scores[:batch]
 
   @staticmethod
@@ -83,7 +86,32 @@ class Translator(tf.Module):
     """string [B] -> int32 [B, S], truncated to max_length tokens before EOS."""
     return self._ids(self.source_tokenizer, texts, self.max_length)
 
+  def _in_chunks(self, fn, outputs, *inputs):
+    """fn over rows [i, i + max_batch_size) of `inputs` (string [B] each), concatenated: a
+    request of any size is decoded in bounded memory.
+
+    Args:
+      fn: fn(*inputs of [rows]) -> tuple of tensors [rows, ...].
+      outputs: (trailing shape, dtype) of each tensor fn returns; the shapes are static.
+    """
+    count = tf.shape(inputs[0])[0]
+    specs = [tf.TensorSpec(shape, dtype) for shape, dtype in outputs]
+    arrays = tuple(tf.TensorArray(spec.dtype, size=0, dynamic_size=True, infer_shape=False,
+                                  element_shape=tf.TensorShape([None]).concatenate(spec.shape))
+                   for spec in specs)
+    for index in tf.range((count + self.max_batch_size - 1) // self.max_batch_size):
+      start = index * self.max_batch_size
+      results = fn(*(tensor[start:start + self.max_batch_size] for tensor in inputs))
+      arrays = tuple(array.write(index, result) for array, result in zip(arrays, results))
+    return tuple(array.concat() if count > 0 else tf.zeros([0, *spec.shape], spec.dtype)
+                 for array, spec in zip(arrays, specs))
+
   def _search(self, texts):
+    """string [B] -> (string [B, nbest], float32 [B, nbest]), max_batch_size rows at a time."""
+    return self._in_chunks(self._search_chunk, [([self.nbest], tf.string),
+                                                ([self.nbest], tf.float32)], texts)
+
+  def _search_chunk(self, texts):
     """string [B] -> (string [B, nbest], float32 [B, nbest]); blank input -> "" with score 0."""
     ids, scores = self._decode(self._source_ids(texts))
     ids, scores = ids[:, :self.nbest], scores[:, :self.nbest]
@@ -108,9 +136,13 @@ class Translator(tf.Module):
   @tf.function(input_signature=[_STRINGS, _STRINGS])
   def score(self, source, target):
     """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha."""
-    log_prob = decoding.score(self._model[0], self._source_ids(source),
-                              self._ids(self.target_tokenizer, target), self.alpha)
-    return {"log_prob": log_prob}
+    return {"log_prob": self._in_chunks(self._score_chunk, [([], tf.float32)], source,
+                                         target)[0]}
+
+  def _score_chunk(self, source, target):
+    """source, target: string [B] -> (float32 [B],)."""
+    return (decoding.score(self._model[0], self._source_ids(source),
+                           self._ids(self.target_tokenizer, target), self.alpha),)
 
   @tf.function(input_signature=[_STRINGS])
   def align(self, inputs):

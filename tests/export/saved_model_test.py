@@ -135,14 +135,33 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
     np.testing.assert_array_equal(attention[row][~real_target], 0.0)
 
 
-def test_non_string_input_is_a_signature_error(exported):
-  model = tf.saved_model.load(str(exported / "1"))
-  with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
-    model.signatures["serving_default"](inputs=tf.constant([1, 2]))
+@pytest.fixture(scope="module")
+def serving_default(exported):
+  return tf.saved_model.load(str(exported / "1")).signatures["serving_default"]
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (tf.constant([1, 2]), "string"),  # the wrong dtype: named in the error
+    (tf.constant("aa bb"), ""),  # rank 0 and rank 2: refused by TensorFlow's own check
+    (tf.constant([["aa"], ["bb"]]), ""),
+])
+def test_malformed_request_is_refused(serving_default, inputs, message):
+  with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError), match=message):
+    serving_default(inputs=inputs)
+
+
+@pytest.mark.parametrize("rows", [0, 10_000])
+def test_empty_and_large_requests_translate_every_row(serving_default, rows):
+  inputs = tf.constant([f"aa bb {'cc ' * (i % 7)}" for i in range(rows)], tf.string)
+  result = serving_default(inputs=inputs)
+  assert result["outputs"].shape == (rows,) and result["scores"].shape == (rows,)
+  if rows:
+    assert result["outputs"][0].numpy() == result["outputs"][7].numpy()  # the same input
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--beam_size=0"], "error: --beam_size must be at least 1, got 0"),
+    (["--beam_size=0"], "error: flag --beam_size=0: 0 is not a positive integer "
+                        "(see --helpfull)"),
     (["--alpha=-0.5"], "error: --alpha must not be negative, got -0.5"),
 ])
 def test_bad_flags_are_one_line_errors(model_dir, tmp_path, args, message):

@@ -127,3 +127,18 @@ def test_top_k_rows_without_a_static_vocabulary_size():
   want_values, want_indices = tf.math.top_k(x, k=4)
   np.testing.assert_array_equal(values.numpy(), want_values.numpy())
   np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_each_sentence_stops_at_its_own_limit_as_if_decoded_alone(beam_size):
+  # the toy model's sentences are all alike, so sentence b alone with limit l_b is the
+  # reference for row b of a batch with limits [2, 4, 3]
+  limits = [2, 4, 3]
+  initial = tf.fill([3], START)
+  ids, scores = beam_search(toy_logits, initial, {"sum": tf.zeros([3], tf.int32)}, beam_size,
+                            0.6, tf.constant(limits), EOS, buffer_length=MAX_LENGTH)
+  for row, limit in enumerate(limits):
+    alone_ids, alone_scores = run(beam_size=beam_size, max_length=limit)
+    np.testing.assert_array_equal(ids[row, :, :limit].numpy(), alone_ids[0])
+    assert not ids[row, :, limit:].numpy().any()
+    np.testing.assert_allclose(scores[row].numpy(), alone_scores[0], rtol=1e-6)

@@ -36,7 +36,7 @@ def test_greedy_equals_full_recomputation(model_and_sources):
   ids, _ = decoding.decode(model, sources, beam_size=1, extra_decode_length=EXTRA)
   for row, source in enumerate(sources):
     prefix = [BOS_ID]
-    for _ in range(sources.shape[1] + EXTRA):
+    for _ in range(np.count_nonzero(source) + EXTRA):  # each sentence's own limit
       token = int(np.argmax(full_log_probs(model, source, prefix)))
       prefix.append(token)
       if token == EOS_ID:
@@ -52,7 +52,9 @@ def test_beam_scores_equal_forced_decode_scores(model_and_sources):
   for row, source in enumerate(sources):
     for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
       tokens = list(hypothesis)
-      length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else len(tokens)
+      limit = np.count_nonzero(source) + EXTRA
+      length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else limit
+      assert not any(tokens[limit:])
       prefix, log_prob = [BOS_ID], 0.0
       for token in tokens[:length]:
         log_prob += full_log_probs(model, source, prefix)[token]
@@ -100,17 +102,20 @@ def test_attention_of_the_best_hypothesis(model_and_sources):
   attention = attention.numpy()
   for row in range(3):
     tokens = list(ids[row, 0].numpy())
-    length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else len(tokens)
+    length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else np.count_nonzero(tokens)
     source_length = int(np.sum(sources[row].numpy() != 0))
     np.testing.assert_allclose(attention[row, :length].sum(axis=1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(attention[row, :, source_length:], 0.0)  # source padding
     np.testing.assert_array_equal(attention[row, length:], 0.0)  # after EOS
-    # padding the batch does not change a sentence's attention
+    # the batch (its padding, its longer sentences) changes neither a sentence's translation
+    # nor its attention
     alone = sources[row:row + 1, :source_length]
-    ids_alone, _ = decoding.decode(model, alone, beam_size=2, max_decode_length=ids.shape[2])
-    attention_alone = decoding.attention(model, alone, ids_alone[:, 0])
-    np.testing.assert_array_equal(ids_alone.numpy()[0, 0], tokens)
-    np.testing.assert_allclose(attention_alone.numpy()[0], attention[row, :, :source_length],
+    ids_alone, _ = decoding.decode(model, alone, beam_size=2, extra_decode_length=EXTRA)
+    attention_alone = decoding.attention(model, alone, ids_alone[:, 0]).numpy()[0]
+    width = ids_alone.shape[2]
+    np.testing.assert_array_equal(ids_alone.numpy()[0, 0], tokens[:width])
+    assert not any(tokens[width:])
+    np.testing.assert_allclose(attention_alone, attention[row, :width, :source_length],
                                atol=1e-5)
 
 

@@ -47,16 +47,24 @@ def test_missing_flag_is_one_line_error(tmp_path):
                                  "corpus files), or --dataset=tfds:NAME")
 
 
-def test_interrupt_saves_and_rerun_resumes(tmp_path):
+def final_weights(checkpoint):
+  reader = tf.train.load_checkpoint(str(checkpoint))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name.startswith("model/")}
+
+
+def test_interrupt_saves_once_and_rerun_resumes_exactly(tmp_path):
   write_corpus(tmp_path)
   process = testutil.start_cli("tf_transformer.train", *train_args(
       tmp_path, tmp_path / "model", "--train_steps=100000", "--save_every=100000",
-      "--eval_every=100000"))
+      "--eval_every=100000", "--deterministic"))
   deadline = time.time() + 240
   while not list((tmp_path / "model").glob("train/events.*")) and time.time() < deadline:
     time.sleep(1)  # the event file appears once the trainer is built, just before step 1
   time.sleep(3)
   process.send_signal(signal.SIGTERM)
+  time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)  # a second signal while the first one's save runs
   _, stderr = process.communicate(timeout=120)
   assert process.returncode == 130, stderr
   assert "Traceback" not in stderr
@@ -66,9 +74,16 @@ def test_interrupt_saves_and_rerun_resumes(tmp_path):
   assert step >= 1
   assert (tmp_path / "model" / f"ckpt-{step}.index").exists()
 
-  result = train(tmp_path, tmp_path / "model", f"--train_steps={step + 5}")
+  result = train(tmp_path, tmp_path / "model", f"--train_steps={step + 5}", "--deterministic")
   assert result.returncode == 0, result.stderr
   assert f"resumed from {tmp_path}/model/ckpt-{step} at step {step}" in result.stderr
+  # the state saved on the signal is the whole state: the resumed run ends where one run ends
+  reference = train(tmp_path, tmp_path / "reference", f"--train_steps={step + 5}",
+                    "--deterministic")
+  assert reference.returncode == 0, reference.stderr
+  resumed = final_weights(tmp_path / "model" / f"ckpt-{step + 5}")
+  for name, value in final_weights(tmp_path / "reference" / f"ckpt-{step + 5}").items():
+    np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
 def test_corrupt_checkpoint_is_one_line_error(tmp_path):
@@ -96,18 +111,20 @@ def test_multi_worker_on_two_local_processes(tmp_path):
   write_corpus(tmp_path)
   workers = [f"127.0.0.1:{testutil.free_port()}", f"127.0.0.1:{testutil.free_port()}"]
   processes = []
+  temporary = tmp_path / "tmp"  # where the other worker writes what it must throw away
+  temporary.mkdir()
   for index in range(2):
     tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
     processes.append(testutil.start_cli(
         "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=3",
                                             "--save_every=2", "--distribution=multi_worker"),
-        env=dict(os.environ, TF_CONFIG=json.dumps(tf_config))))
+        env=dict(os.environ, TF_CONFIG=json.dumps(tf_config), TMPDIR=str(temporary))))
   outputs = [process.communicate(timeout=400) for process in processes]
   for process, (_, stderr) in zip(processes, outputs):
     assert process.returncode == 0, stderr[-3000:]
   # the chief (worker 0) alone wrote into model_dir; its checkpoint loads
   assert json.loads((tmp_path / "model" / "results.json").read_text())["step"] == 3
-  assert not list((tmp_path / "model").glob("worker_*"))
+  assert not list(temporary.glob("worker_*"))  # worker 1's checkpoints were removed
   checkpoint = str(tmp_path / "model" / "ckpt-3")
   iterations = [name for name, _ in tf.train.list_variables(checkpoint) if "iterations" in name]
   assert int(tf.train.load_checkpoint(checkpoint).get_tensor(iterations[0])) == 3
@@ -115,14 +132,23 @@ def test_multi_worker_on_two_local_processes(tmp_path):
   assert model.count_params() > 0
 
 
-def test_xla_compiles_at_most_one_shape_per_bucket(tmp_path):
-  write_corpus(tmp_path, lines=400)
-  result = train(tmp_path, tmp_path / "model", "--train_steps=40", "--jit_compile",
-                 "--nopadding_aware_ffn", "--eval_every=1000", "--save_every=1000")
+def test_xla_compiles_exactly_once_per_bucket(tmp_path):
+  # 1 to 31 words (one subword each, plus EOS): sentences of every bucket up to --max_length
+  words = [[f"w{(i * 7 + j) % 13}" for j in range(1 + i % 31)] for i in range(620)]
+  testutil.write_corpus(tmp_path, "train", [" ".join(w) for w in words],
+                        [" ".join(reversed(w)) for w in words])
+  dump = tmp_path / "xla_dump"  # XLA writes every module it compiles there
+  result = testutil.run_cli(
+      "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=80",
+                                          "--jit_compile", "--nopadding_aware_ffn",
+                                          "--eval_every=1000", "--save_every=1000"),
+      env=dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}"))
   assert result.returncode == 0, result.stderr
-  compiled = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
+  compilations = list(dump.glob("module_*gradients_of*.before_optimizations.txt"))
+  shapes = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
   buckets = len(bucketing.bucket_boundaries(32 + 1))  # tiny.cfg: --max_length=32
-  assert 1 <= len(compiled) <= buckets
+  assert len(shapes) == buckets, shapes  # the corpus reaches every bucket
+  assert len(compilations) == buckets, sorted(path.name for path in compilations)
 
 
 def test_jit_compile_needs_the_plain_ffn(tmp_path):

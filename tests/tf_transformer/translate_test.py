@@ -41,7 +41,8 @@ def test_bad_inputs_are_one_line_errors(tiny_model_dir, tmp_path):
       (translate(tiny_model_dir, f"--input={tmp_path / 'bad.txt'}"),
        f"error: {tmp_path / 'bad.txt'}:2: not valid UTF-8"),
       (translate(tmp_path / "missing"), f"error: {tmp_path / 'missing'}: no such directory"),
-      (translate(tiny_model_dir, "--beam_size=0"), "error: --beam_size must be at least 1, got 0"),
+      (translate(tiny_model_dir, "--beam_size=0"),
+       "error: flag --beam_size=0: 0 is not a positive integer (see --helpfull)"),
       (translate(None, f"--saved_model={tmp_path}"),
        f"error: {tmp_path}: no saved_model.pb (give a version folder such as "
        "exports/<name>/<version>)"),

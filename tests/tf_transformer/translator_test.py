@@ -43,3 +43,21 @@ def test_xla_batches_of_many_shapes_share_a_few_compilations(model_and_vocabular
     assert ids.shape[:2] == (batch, 2) and scores.shape == (batch, 2)
   # (4, 16): 3 and 4 sentences of up to 16 tokens; (2, 16); (8, 32): 5 and 8 of 17 to 30
   assert translator._search_ids.experimental_get_tracing_count() == 3
+
+
+@pytest.mark.parametrize("decode_jit", [False, True])
+def test_large_requests_decode_in_chunks_like_one_batch(model_and_vocabulary, decode_jit):
+  model, vocabulary = model_and_vocabulary
+  search = dict(beam_size=2, nbest=2, extra_decode_length=4, decode_jit=decode_jit)
+  whole = Translator(model, vocabulary, **search)
+  chunked = Translator(model, vocabulary, max_batch_size=2, **search)  # chunks of 2, 2 and 1
+  texts = tf.constant(TEXTS)
+  for name in ("translate_nbest", "serve"):
+    expected, got = getattr(whole, name)(texts), getattr(chunked, name)(texts)
+    np.testing.assert_array_equal(got["outputs"].numpy(), expected["outputs"].numpy())
+    np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5)
+  np.testing.assert_allclose(chunked.score(texts, texts)["log_prob"].numpy(),
+                             whole.score(texts, texts)["log_prob"].numpy(), rtol=1e-5)
+  empty = tf.constant([], tf.string)
+  assert chunked.translate_nbest(empty)["outputs"].shape == (0, 2)
+  assert chunked.score(empty, empty)["log_prob"].shape == (0,)

@@ -1,0 +1,203 @@
+"""The README's bad-input table, row by row: each bad input gives exit code 1 and one line
+naming the flag, file, line or input, no traceback, and no partial output file."""
+
+import re
+import resource
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests import testutil
+from tests.tf_transformer.train_test import write_corpus
+
+TRAIN = ("tf_transformer.train", "--flagfile=flags/tiny.cfg", "--src_lang=src", "--tgt_lang=tgt",
+         "--dev_prefix=", "--train_steps=2")
+TRANSLATE = ("tf_transformer.translate", "--flagfile=flags/tiny.cfg", "--beam_size=2",
+             "--extra_decode_length=4")
+
+
+class Case:
+  """A bad input: the command (module and flags), stdin, and the last line it must print.
+  `{d}` in them is the test's folder (a Multi30k-like corpus train.src/train.tgt is in it),
+  `{m}` a copy of a trained model directory."""
+
+  def __init__(self, command, message, stdin=None, prepare=None, file_limit=None):
+    self.command, self.message, self.stdin = command, message, stdin
+    self.prepare, self.file_limit = prepare, file_limit
+
+
+def train(*flags, message, **kwargs):
+  return Case((*TRAIN, "--data_dir={d}", "--model_dir={d}/model", *flags), message, **kwargs)
+
+
+def translate(*flags, message, **kwargs):
+  return Case((*TRANSLATE, "--model_dir={m}", *flags), message, **kwargs)
+
+
+def write(name, content):
+  """A `prepare` step that writes `content` (bytes) to {d}/name."""
+  return lambda d, m: (d / name).write_bytes(content)
+
+
+def chain(*steps):
+  return lambda d, m: [step(d, m) for step in steps]
+
+
+ROWS = {
+    # ------------------------------------------------------------------ corpus files
+    "line counts differ": train(
+        prepare=write("train.tgt", b"x\n"),
+        message="error: {d}/train.src has 200 lines but {d}/train.tgt has 1; parallel files "
+                "must be line-aligned"),
+    "not UTF-8": train(
+        prepare=write("train.src", b"ok\n\xff\xfe bad\n" * 100),
+        message="error: {d}/train.src:2: not valid UTF-8 (byte 0xff at column 1); fix the file "
+                "or pass --on_bad_line=skip"),
+    "corpus file missing": train(
+        "--train_prefix=nope",
+        message="error: {d}/nope.src: no such file (nor {d}/nope.src.gz); check --data_dir and "
+                "the prefixes"),
+    "corpus files empty": train(
+        prepare=chain(write("train.src", b""), write("train.tgt", b"")),
+        message="error: {d}/train.src: file is empty"),
+    "only empty lines": train(
+        prepare=chain(write("train.src", b"\n\n"), write("train.tgt", b"\n\n")),
+        message="error: {d}/train.src: no pair left for training (all empty, invalid or over "
+                "--max_length=32)"),
+    "every sentence over --max_length": train(
+        "--max_length=1",
+        message="error: {d}/train.src: no pair left for training (all empty, invalid or over "
+                "--max_length=1)"),
+    # ------------------------------------------------------------------ flags and flagfiles
+    "unknown flag": train(
+        "--batch_tokes=100",
+        message="error: Unknown command line flag 'batch_tokes'. Did you mean: batch_tokens ? "
+                "(see --helpfull)"),
+    "missing flagfile": Case(
+        ("tf_transformer.train", "--flagfile={d}/nope.cfg"),
+        message="error: Unable to open flagfile: [Errno 2] No such file or directory: "
+                "'{d}/nope.cfg' (see --helpfull)"),
+    "flagfile line that is not a flag": Case(
+        ("tf_transformer.train", "--flagfile={d}/my.cfg"),
+        prepare=write("my.cfg", b"--flagfile=flags/tiny.cfg\nbeam_size=5\n"),
+        message="error: {d}/my.cfg:2: 'beam_size=5' is not a flag (write --name=value) "
+                "(see --helpfull)"),
+    "value of the wrong type": train(
+        "--train_steps=ten",
+        message="error: flag --train_steps=ten: invalid literal for int() with base 10: 'ten' "
+                "(see --helpfull)"),
+    "stray argument": train(
+        "extra",
+        message="error: unexpected arguments: extra (flags are --name=value)"),
+    **{f"--{name}={value}": train(
+        f"--{name}={value}",
+        message=f"error: flag --{name}={value}: {value} is not a positive integer "
+                "(see --helpfull)")
+       for name, value in [("batch_tokens", 0), ("train_steps", 0), ("eval_every", -1),
+                           ("save_every", 0), ("max_length", 0), ("update_freq", 0)]},
+    "--vocab_size=0": train(
+        "--vocab_size=0",
+        message="error: flag --vocab_size=0: 0 is not integer >= 16 "
+                "(see --helpfull)"),
+    **{f"translate --{name}={value}": translate(
+        f"--{name}={value}",
+        message=f"error: flag --{name}={value}: {value} is not a positive integer "
+                "(see --helpfull)")
+       for name, value in [("batch_size", 0), ("batch_size", -1), ("beam_size", 0)]},
+    "--nbest over --beam_size": translate(
+        "--nbest=3",
+        message="error: --nbest must be between 1 and --beam_size (2), got 3"),
+    "--saved_model with --model_dir": Case(
+        ("tf_transformer.translate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
+         "--saved_model={m}"),
+        message="error: give exactly one of --saved_model and --model_dir"),
+    # ------------------------------------------------------------------ model directories
+    "model dir missing": translate(
+        "--model_dir={d}/nope",
+        message="error: {d}/nope: no such directory"),
+    "model dir empty": translate(
+        "--model_dir={d}",
+        message="error: {d}/config.json: no such file; is {d} a trained model directory?"),
+    "model dir is a file": translate(
+        "--model_dir={d}/train.src",
+        message="error: {d}/train.src: not a directory (--model_dir names a folder)"),
+    "train into a file": train(
+        "--model_dir={d}/train.src",
+        message="error: {d}/train.src: not a directory (--model_dir names a folder)"),
+    "truncated .index": translate(
+        prepare=lambda d, m: (m / "ckpt-1.index").write_bytes(b"\0" * 10),
+        message="error: {m}/ckpt-1: cannot restore this checkpoint (...); delete it to resume from "
+                "an earlier one, or use another --model_dir"),
+    "corrupt checkpoint state file": translate(
+        prepare=lambda d, m: (m / "checkpoint").write_bytes(b"model_checkpoint_path: 1 2 {"),
+        message="error: {m}/checkpoint: names no readable checkpoint (a corrupt file, or its "
+                "checkpoints are gone); delete it and the checkpoints it named, or use another "
+                "--model_dir"),
+    "corrupt best/": translate(
+        prepare=lambda d, m: (shutil.copytree(m, m / "best", ignore=lambda *_: ["spm.joint.model",
+                                                                                "config.json"]),
+                              [p.write_bytes(b"\0") for p in (m / "best").glob("ckpt-1.data*")]),
+        message="error: {m}/best/ckpt-1: cannot restore this checkpoint (...); delete it to resume "
+                "from an earlier one, or use another --model_dir"),
+    "corrupt config.json": translate(
+        prepare=lambda d, m: (m / "config.json").write_text('{"d_model": '),
+        message="error: {m}/config.json: unreadable (...); use another --model_dir"),
+    "foreign config.json": translate(
+        prepare=lambda d, m: (m / "config.json").write_text('{"hidden_size": 512}'),
+        message="error: {m}/config.json: not this project's model config (...); use another "
+                "--model_dir"),
+    "model dir not writable": train(
+        "--model_dir={d}/train.src/model",
+        message="error: {d}/train.src/model: Not a directory"),
+    "disk full": train(
+        "--save_every=1", file_limit=600_000,
+        message="error: ...File too large..."),
+    # ------------------------------------------------------------------ translate inputs
+    "non-UTF-8 stdin": translate(
+        stdin=b"fine\n\xc3\x28 broken\n",
+        message="error: <stdin>:2: not valid UTF-8"),
+    "unwritable --output": translate(
+        "--input={d}/train.src", "--output={d}/train.src/out.txt",
+        message="error: {d}/train.src/out.txt: Not a directory"),
+    "evaluate with a missing reference": Case(
+        ("tf_transformer.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
+         "--src={d}/train.src", "--ref={d}/nope.tgt"),
+        message="error: {d}/nope.tgt: no such file"),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("corpus")
+  write_corpus(folder)
+  return folder
+
+
+def _matches(line: str, pattern: str) -> bool:
+  """`line` is `pattern`, "..." in it standing for any text."""
+  return re.fullmatch(".*".join(map(re.escape, pattern.split("..."))), line) is not None
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_bad_input_is_one_line_error(name, corpus, tiny_model_dir, tmp_path):
+  case = ROWS[name]
+  data, model = tmp_path / "data", tmp_path / "model_copy"
+  shutil.copytree(corpus, data)
+  shutil.copytree(tiny_model_dir, model)
+  if case.prepare:
+    case.prepare(data, model)
+  fill = lambda text: text.replace("{d}", str(data)).replace("{m}", str(model))
+  command = [sys.executable, "-m", *(fill(part) for part in case.command)]
+  limit = case.file_limit
+  result = subprocess.run(
+      command, cwd=testutil.ROOT, input=case.stdin, capture_output=True, timeout=300,
+      preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))) if limit
+      else None)
+  stderr = result.stderr.decode("utf-8", "replace")
+  assert result.returncode == 1, stderr
+  assert "Traceback" not in stderr, stderr
+  last = stderr.strip().splitlines()[-1]
+  assert _matches(last, fill(case.message)), last
+  assert not list(data.glob("**/*.tmp-*")) and not list(model.glob("**/*.tmp-*"))
