@@ -1,6 +1,7 @@
 """The README's bad-input table, row by row: each bad input gives exit code 1 and one line
 naming the flag, file, line or input, no traceback, and no partial output file."""
 
+import concurrent.futures
 import re
 import resource
 import shutil
@@ -168,36 +169,48 @@ ROWS = {
 }
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-  folder = tmp_path_factory.mktemp("corpus")
-  write_corpus(folder)
-  return folder
-
-
 def _matches(line: str, pattern: str) -> bool:
   """`line` is `pattern`, "..." in it standing for any text."""
   return re.fullmatch(".*".join(map(re.escape, pattern.split("..."))), line) is not None
 
 
-@pytest.mark.parametrize("name", ROWS)
-def test_bad_input_is_one_line_error(name, corpus, tiny_model_dir, tmp_path):
+def _run(name, corpus, model_dir, folder):
+  """Runs row `name` in `folder`; returns (CompletedProcess, data folder, model folder)."""
   case = ROWS[name]
-  data, model = tmp_path / "data", tmp_path / "model_copy"
+  data, model = folder / "data", folder / "model_copy"
   shutil.copytree(corpus, data)
-  shutil.copytree(tiny_model_dir, model)
+  shutil.copytree(model_dir, model)
   if case.prepare:
     case.prepare(data, model)
   fill = lambda text: text.replace("{d}", str(data)).replace("{m}", str(model))
-  command = [sys.executable, "-m", *(fill(part) for part in case.command)]
   limit = case.file_limit
   result = subprocess.run(
-      command, cwd=testutil.ROOT, input=case.stdin, capture_output=True, timeout=300,
+      [sys.executable, "-m", *(fill(part) for part in case.command)], cwd=testutil.ROOT,
+      input=case.stdin, capture_output=True, timeout=300,
       preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))) if limit
       else None)
+  return result, data, model
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, tiny_model_dir):
+  """Every row's run, three at a time (each is mostly a TensorFlow start-up)."""
+  corpus = tmp_path_factory.mktemp("corpus")
+  write_corpus(corpus)
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    futures = {name: pool.submit(_run, name, corpus, tiny_model_dir,
+                                 tmp_path_factory.mktemp("row"))
+               for name in ROWS}
+    return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_bad_input_is_one_line_error(name, results):
+  result, data, model = results[name]
+  fill = lambda text: text.replace("{d}", str(data)).replace("{m}", str(model))
   stderr = result.stderr.decode("utf-8", "replace")
   assert result.returncode == 1, stderr
   assert "Traceback" not in stderr, stderr
   last = stderr.strip().splitlines()[-1]
-  assert _matches(last, fill(case.message)), last
+  assert _matches(last, fill(ROWS[name].message)), last
   assert not list(data.glob("**/*.tmp-*")) and not list(model.glob("**/*.tmp-*"))

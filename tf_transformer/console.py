@@ -81,26 +81,33 @@ def describe(error: BaseException) -> str:
   if isinstance(error, OSError) and error.strerror:
     where = error.filename if error.filename is not None else ""
     return f"{where}: {error.strerror}" if where else error.strerror
-  import tensorflow as tf
-  if isinstance(error, tf.errors.OpError):
+  tf = sys.modules.get("tensorflow")
+  if tf is not None and isinstance(error, tf.errors.OpError):
     return (error.message or type(error).__name__).strip().splitlines()[0][:300]
   return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _user_errors() -> tuple:
+  """The exception types that mean bad input, not a bug. TensorFlow's I/O errors count only
+  where TensorFlow is loaded: the download CLI starts without it."""
+  from data_pipeline.corpora import CorpusError
+  from data_pipeline.public_corpora import DownloadError
+  tf = sys.modules.get("tensorflow")
+  return (UserError, CorpusError, DownloadError, TimeoutError, OSError) + (
+      (tf.errors.OpError,) if tf is not None else ())
 
 
 def run(main):
   """app.run(main), where a user error (UserError and its kinds, an OSError such as a full
   disk or an unwritable folder, a TensorFlow I/O error) ends the process with one line
   "error: ..." and exit code 1, never a traceback."""
-  import tensorflow as tf
-
-  from data_pipeline.corpora import CorpusError
-  from data_pipeline.public_corpora import DownloadError
 
   def guarded(argv):
     try:
       main(argv)
-    except (UserError, CorpusError, DownloadError, TimeoutError, OSError,
-            tf.errors.OpError) as e:
+    except Exception as e:  # noqa: BLE001  (re-raised below unless it is the user's)
+      if not isinstance(e, _user_errors()):
+        raise
       if sys.stdout.isatty():
         print(flush=True)  # ends a progress bar's line
       sys.exit(f"error: {describe(e)}")

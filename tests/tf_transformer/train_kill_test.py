@@ -1,6 +1,8 @@
 """A training run killed (SIGKILL) at five moments resumes from its newest complete checkpoint
 and ends with the weights of a run never killed."""
 
+import concurrent.futures
+
 import numpy as np
 import pytest
 
@@ -78,28 +80,39 @@ def _final_weights(model_dir):
   return final_weights(model_dir / f"ckpt-{STEPS}")
 
 
-@pytest.fixture(scope="module")
-def corpus_and_reference(tmp_path_factory):
-  """The corpus, and the final weights of a run never killed."""
-  folder = tmp_path_factory.mktemp("corpus")
-  write_corpus(folder)
-  result = testutil.run_cli("tf_transformer.train", *_args(folder, folder / "reference"))
-  assert result.returncode == 0, result.stderr
-  return folder, _final_weights(folder / "reference")
+MOMENTS = {"startup": None, "mid_step": 4, "checkpoint_write": 4, "evaluation": 4,
+           "best_save": None}  # where the process is killed -> the step it resumes from
 
 
-@pytest.mark.parametrize("moment, resumed_step", [
-    ("startup", None), ("mid_step", 4), ("checkpoint_write", 4), ("evaluation", 4),
-    ("best_save", None)])
-def test_killed_run_resumes_from_the_last_complete_checkpoint(corpus_and_reference, tmp_path,
-                                                              moment, resumed_step):
-  corpus, reference = corpus_and_reference
-  model = tmp_path / "model"
+def _kill_and_rerun(moment, corpus, model):
   killed = testutil.run_python(_KILLED_RUN, moment, *_args(corpus, model))
-  assert killed.returncode == -9, killed.stderr
+  return killed, testutil.run_cli("tf_transformer.train", *_args(corpus, model))
 
-  rerun = testutil.run_cli("tf_transformer.train", *_args(corpus, model))
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """The final weights of a run never killed, and each moment's (killed, rerun) processes
+  with its model folder; two runs at a time."""
+  corpus = tmp_path_factory.mktemp("corpus")
+  write_corpus(corpus)
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    reference = pool.submit(testutil.run_cli, "tf_transformer.train",
+                            *_args(corpus, corpus / "reference"))
+    models = {moment: tmp_path_factory.mktemp(moment) / "model" for moment in MOMENTS}
+    futures = {moment: pool.submit(_kill_and_rerun, moment, corpus, models[moment])
+               for moment in MOMENTS}
+    assert reference.result().returncode == 0, reference.result().stderr
+    return (_final_weights(corpus / "reference"),
+            {moment: (*future.result(), models[moment]) for moment, future in futures.items()})
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_killed_run_resumes_from_the_last_complete_checkpoint(runs, moment):
+  reference, outcomes = runs
+  killed, rerun, model = outcomes[moment]
+  assert killed.returncode == -9, killed.stderr
   assert rerun.returncode == 0, rerun.stderr
+  resumed_step = MOMENTS[moment]
   if resumed_step is None:
     assert "resumed from" not in rerun.stderr
   else:
