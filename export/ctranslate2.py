@@ -10,10 +10,13 @@ import os
 import shutil
 
 import tensorflow as tf
+from absl import flags
 
 from export.ct2_spec import transformer_spec
 from tf_transformer import config, console
 from tf_transformer.model_dir import load_for_inference
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 FLAGS = config.FLAGS
 

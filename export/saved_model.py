@@ -9,10 +9,14 @@ requests. The search is XLA-compiled unless --nodecode_jit (TF Serving then need
 
 import dataclasses
 
+from absl import flags
+
 from export import serving
 from tf_transformer import config, console
 from tf_transformer.model_dir import load_for_inference
 from tf_transformer.translator import Translator
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 FLAGS = config.FLAGS
 

@@ -11,10 +11,12 @@ train/validation/test splits of a TFDS translation dataset.
 """
 
 
-from absl import logging
+from absl import flags, logging
 
 from data_pipeline import tfds_data
 from tf_transformer import config, console
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 FLAGS = config.FLAGS
 _SPLIT_FLAGS = {tfds_data.TRAIN: ("src", "tgt"), tfds_data.DEV: ("dev_src", "dev_tgt"),

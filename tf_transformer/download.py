@@ -7,8 +7,12 @@ The datasets, their sources and licenses are listed in data_pipeline/public_corp
 
 import os
 
+from absl import flags
+
 from data_pipeline.public_corpora import DATASETS, download
 from tf_transformer import config, console
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 FLAGS = config.FLAGS
 

@@ -8,10 +8,13 @@ Prints sacreBLEU (with its signature), chrF and BLEU-1..4, writes the hypotheses
 import json
 
 import keras
+from absl import flags
 
 from data_pipeline.corpora import read_parallel, scan_parallel
 from tf_transformer import config, console, metrics
 from tf_transformer.translator import load_translate_nbest, translate_texts
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 FLAGS = config.FLAGS
 

@@ -2,6 +2,7 @@
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 
 def set_up_runtime(train_config) -> tf.distribute.Strategy:
@@ -15,7 +16,11 @@ def set_up_runtime(train_config) -> tf.distribute.Strategy:
   keras.utils.set_random_seed(c.seed)
   if c.deterministic:
     tf.config.experimental.enable_op_determinism()
-  return _make_strategy(c.distribution, c.num_cpu_devices, c.tpu)
+  strategy = _make_strategy(c.distribution, c.num_cpu_devices, c.tpu)
+  logging.info("devices: %s; strategy: %s with %d replica(s)",
+               ", ".join(f"{d.name} ({d.device_type})" for d in tf.config.list_logical_devices()),
+               type(strategy).__name__, strategy.num_replicas_in_sync)
+  return strategy
 
 
 def _make_strategy(distribution: str, num_cpu_devices: int, tpu: str) -> tf.distribute.Strategy:

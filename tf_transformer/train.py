@@ -7,9 +7,13 @@ on --test_prefix; Ctrl-C saves a checkpoint and exits. `--helpfull` lists every 
 import json
 import sys
 
+from absl import flags
+
 from data_pipeline.parallel_data import open_data
 from data_pipeline.tokenizer import wait_for_vocabulary
 from tf_transformer import config, console, model_dir, runtime, trainer
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 
 def main(argv):

@@ -10,9 +10,12 @@ import contextlib
 import sys
 
 import keras
+from absl import flags
 
 from tf_transformer import config, console
 from tf_transformer.translator import load_translate_nbest, translate_texts
+
+flags.adopt_module_key_flags(config)  # --helpshort lists the project's flags
 
 FLAGS = config.FLAGS
 

@@ -105,6 +105,7 @@ def test_mirrored_on_two_logical_cpus(tmp_path):
                  "--num_cpu_devices=2")
   assert result.returncode == 0, result.stderr
   assert '"step": 3' in result.stdout
+  assert "strategy: MirroredStrategy with 2 replica(s)" in result.stderr  # logged at start
 
 
 def test_multi_worker_on_two_local_processes(tmp_path):
