@@ -61,9 +61,9 @@ class Translator(tf.Module):
 
   def _decode(self, source_ids):
     """int32 [B, S] -> (ids int32 [B, beam_size, L], scores float32 [B, beam_size])."""
-    batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
     if not self.decode_jit:
       return self._search_ids(source_ids)
+    batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
     # sentence's search stops at its own length limit, so neither changes its result)
