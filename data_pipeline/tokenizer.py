@@ -114,12 +114,14 @@ def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
   source_path, target_path = vocabulary_paths(model_dir, c.shared_vocab, c.src_lang, c.tgt_lang)
   sides = ([(source_path, "both")] if c.shared_vocab else
            [(source_path, "source"), (target_path, "target")])
+  what = {"both": "one joint model of both sides", "source": "the source side",
+          "target": "the target side"}
   for model_path, side in sides:
     if tf.io.gfile.exists(model_path):
       logging.info("reusing subword model %s", model_path)
       continue
-    logging.info("training a %s SentencePiece model of %d pieces (%s side)", c.spm_model_type,
-                 c.vocab_size, side)
+    logging.info("training a %s SentencePiece model of %d pieces (%s)", c.spm_model_type,
+                 c.vocab_size, what[side])
     start = time.monotonic()
     progress = ProgressBar(None, unit="sentence", label="reading for SentencePiece",
                            delay_s=2.0)

@@ -237,6 +237,8 @@ def main():
   parser.add_argument("--steps", type=int, default=300, help="training steps of the tiny run")
   args = parser.parse_args()
   browser = find_browser()
+  if args.screenshots:
+    os.makedirs(args.screenshots, exist_ok=True)
   with tempfile.TemporaryDirectory() as folder:
     write_corpus(folder)
     logdir = os.path.join(folder, "models")
@@ -253,8 +255,9 @@ def main():
     ok = not absent and (dashboard != "scalars" or lines) and (dashboard != "images" or images)
     failed |= not ok
     shown = [text for text in DASHBOARDS[dashboard] if text not in absent]
+    drawn = {"scalars": f"; {lines} chart lines drawn", "images": f"; {images} images loaded"}
     print(f"{dashboard}: {'ok' if ok else 'MISSING ' + ', '.join(absent)}; shows "
-          f"{', '.join(shown)}; {lines} chart lines drawn, {images} images loaded")
+          f"{', '.join(shown)}{drawn.get(dashboard, '')}")
   sys.exit(1 if failed else 0)
 
 

@@ -102,6 +102,10 @@ flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mi
 flags.DEFINE_string("profile_steps", "",
                     "A,B: write a TensorFlow profile of training steps A to B (1-based, "
                     "inclusive) for TensorBoard's Profile tab; '' = none.")
+flags.DEFINE_float("ema_decay", 0.0,
+                  "Keep an exponential moving average of the weights with this decay (0: none; "
+                  "0.999 averages over about the last 1000 steps); each checkpoint save also "
+                  "writes it to model_dir/ema, which --checkpoint=ema loads.", lower_bound=0.0)
 flags.DEFINE_bool("jit_compile", False,
                   "XLA-compile the train step (static shapes: one compilation per length "
                   "bucket; needs --nopadding_aware_ffn, whose gather has data-dependent shapes).")
@@ -138,23 +142,34 @@ flags.DEFINE_string("output_dir", None, "The CTranslate2 model folder (export.ct
 flags.DEFINE_enum("quantization", "float32",
                   ["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"],
                   "Weight type of the CTranslate2 export (export.ctranslate2).")
-flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), or "
-                    "of the TFDS dataset tf_transformer.build_dataset writes.")
+flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), "
+                    "of the TFDS dataset tf_transformer.build_dataset writes, or of "
+                    "tf_transformer.split_corpus's train/dev/test files.")
 flags.DEFINE_string("base_url", None, "Overrides the URL the dataset files are fetched from.")
 flags.DEFINE_string("src", None, "A source-side text file (plain or .gz): the test set of "
-                    "evaluate, the training corpus of tf_transformer.build_dataset.")
+                    "evaluate, the training corpus of tf_transformer.build_dataset, the corpus "
+                    "tf_transformer.split_corpus splits.")
 flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src (evaluate).")
-flags.DEFINE_string("tgt", None, "The target side of --src (tf_transformer.build_dataset).")
+flags.DEFINE_string("tgt", None, "The target side of --src (tf_transformer.build_dataset, "
+                    "tf_transformer.split_corpus).")
 flags.DEFINE_string("dev_src", None, "Dev source file of tf_transformer.build_dataset (optional).")
 flags.DEFINE_string("dev_tgt", None, "Dev target file of tf_transformer.build_dataset.")
 flags.DEFINE_string("test_src", None,
                     "Test source file of tf_transformer.build_dataset (optional).")
 flags.DEFINE_string("test_tgt", None, "Test target file of tf_transformer.build_dataset.")
 flags.DEFINE_string("name", None, "Name of the TFDS dataset tf_transformer.build_dataset writes.")
+flags.DEFINE_integer("dev_size", None, "Pairs tf_transformer.split_corpus holds out for dev.",
+                     lower_bound=1)
+flags.DEFINE_integer("test_size", None, "Pairs tf_transformer.split_corpus holds out for test.",
+                     lower_bound=1)
+flags.DEFINE_list("extra_src", [], "Source files tf_transformer.split_corpus adds to train "
+                  "(comma-separated; pairs with a held-out source are left out).")
+flags.DEFINE_list("extra_tgt", [], "The target sides of --extra_src, in the same order.")
 flags.DEFINE_string("checkpoint", "best",
                     "The checkpoint of --model_dir that translate, evaluate and the exports load: "
                     "best (by dev BLEU; else the latest), latest, average (written by "
-                    "tf_transformer.average_checkpoints) or a checkpoint path such as "
+                    "tf_transformer.average_checkpoints), ema (the moving average of a run with "
+                    "--ema_decay, as of its latest checkpoint) or a checkpoint path such as "
                     "models/x/ckpt-2000.")
 flags.DEFINE_integer("last", None, "tf_transformer.average_checkpoints averages the weights of "
                      "this many newest training checkpoints of --model_dir.", lower_bound=1)
@@ -226,6 +241,7 @@ class TrainConfig:
   update_freq: int = 1
   mixed_precision: str = "float32"
   jit_compile: bool = False
+  ema_decay: float = 0.0
   profile_steps: tuple[int, int] | tuple[()] = ()
 
 
@@ -278,6 +294,7 @@ def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> M
 def train_config_from_flags() -> TrainConfig:
   _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
+  _require(FLAGS.ema_decay < 1.0, f"--ema_decay must be in [0, 1), got {FLAGS.ema_decay}")
   static_shapes = FLAGS.jit_compile or FLAGS.distribution == "tpu"
   _require(not (static_shapes and FLAGS.padding_aware_ffn),
            "--jit_compile and --distribution=tpu need --nopadding_aware_ffn (its gather of the "

@@ -19,6 +19,7 @@ from tf_transformer.model import Transformer
 
 
 AVERAGE_DIR = "average"  # where tf_transformer.average_checkpoints writes, in a model directory
+EMA_DIR = "ema"  # where training with --ema_decay writes the moving average of the weights
 
 
 class ModelDirError(UserError):
@@ -98,8 +99,9 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "best") -> str:
   Args:
     checkpoint: "best" (the best by dev BLEU, in model_dir/best; else the latest), "latest"
       (the newest training checkpoint), "average" (model_dir/average's, written by
-      tf_transformer.average_checkpoints) or a checkpoint path prefix such as
-      models/x/ckpt-2000.
+      tf_transformer.average_checkpoints), "ema" (model_dir/ema's, the moving average of the
+      weights that training with --ema_decay writes at each save) or a checkpoint path prefix
+      such as models/x/ckpt-2000.
 
   Raises:
     ModelDirError: there is no such checkpoint.
@@ -114,17 +116,20 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "best") -> str:
     return path
   if checkpoint == "latest":
     return _latest_training_checkpoint(model_dir)
-  if checkpoint == "average":
-    average_dir = os.path.join(model_dir, AVERAGE_DIR)
-    path = latest_checkpoint(average_dir)
+  written_by = {
+      AVERAGE_DIR: ("no averaged checkpoint; write one with python -m "
+                    f"tf_transformer.average_checkpoints --model_dir={model_dir} --last=N"),
+      EMA_DIR: "no moving average of the weights; train with --ema_decay to keep one"}
+  if checkpoint in written_by:
+    folder = os.path.join(model_dir, checkpoint)
+    path = latest_checkpoint(folder)
     if not path:
-      raise ModelDirError(f"{average_dir}: no averaged checkpoint; write one with python -m "
-                          f"tf_transformer.average_checkpoints --model_dir={model_dir} --last=N")
+      raise ModelDirError(f"{folder}: {written_by[checkpoint]}")
     return path
   if not tf.io.gfile.exists(f"{checkpoint}.index"):
     raise ModelDirError(f"{checkpoint}: no such checkpoint ({checkpoint}.index is missing); "
-                        "--checkpoint takes best, latest, average or a checkpoint path such as "
-                        f"{os.path.join(model_dir, 'ckpt-1000')}")
+                        "--checkpoint takes best, latest, average, ema or a checkpoint path "
+                        f"such as {os.path.join(model_dir, 'ckpt-1000')}")
   return checkpoint
 
 
@@ -139,6 +144,18 @@ def check_config(model_dir: str, model_config: ModelConfig):
   """Records the architecture at the first run; refuses a later run with another one."""
   check_recorded(os.path.join(model_dir, "config.json"), dataclasses.asdict(model_config),
                  "the architecture")
+
+
+def check_optimizer(model_dir: str, train_config):
+  """Records what the optimizer's part of a checkpoint holds besides Adam's moments (Keras
+  numbers its variables, so a moving average or a loss scale shifts every later one); refuses
+  a rerun that would read the checkpoints with another layout."""
+  c = train_config
+  check_recorded(os.path.join(model_dir, "optimizer.json"),
+                 {"moving_average": c.ema_decay > 0,
+                  "loss_scaling": c.mixed_precision == "mixed_float16"},
+                 "the optimizer state in the checkpoints: --ema_decay on or off, "
+                 "--mixed_precision=mixed_float16 or not")
 
 
 def check_data(model_dir: str, data_config):
@@ -220,7 +237,7 @@ def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint:
   """The trained model at a checkpoint of `model_dir`, and its vocabulary.
 
   Args:
-    checkpoint: best, latest, average or a checkpoint path (see `choose_checkpoint`).
+    checkpoint: best, latest, average, ema or a checkpoint path (see `choose_checkpoint`).
 
   Returns:
     (Transformer, tokenizer.Vocabulary, the step of the checkpoint loaded).

@@ -17,9 +17,10 @@ def set_up_runtime(train_config) -> tf.distribute.Strategy:
   if c.deterministic:
     tf.config.experimental.enable_op_determinism()
   strategy = _make_strategy(c.distribution, c.num_cpu_devices, c.tpu)
+  name = "none (one device)" if c.distribution == "default" else type(strategy).__name__
   logging.info("devices: %s; strategy: %s with %d replica(s)",
                ", ".join(f"{d.name} ({d.device_type})" for d in tf.config.list_logical_devices()),
-               type(strategy).__name__, strategy.num_replicas_in_sync)
+               name, strategy.num_replicas_in_sync)
   return strategy
 
 

@@ -78,6 +78,8 @@ class Trainer:
     train_step: fn(iterator) -> step statistics, from train_step.make_train_step.
     iterator: the training batches; `manager` checkpoints it with the rest.
     manager: tf.train.CheckpointManager of the whole training state.
+    ema_manager: with --ema_decay, a CheckpointManager of the model alone, into which each
+      save also writes the moving average of the weights (model_dir/ema); else None.
     evaluator: an Evaluator (dev BLEU, best checkpoint, early stopping, test score).
     writer: tf.summary writer of the training figures.
     config: the TrainConfig.
@@ -97,6 +99,7 @@ class Trainer:
   config: Any
   write_dir: str
   is_chief: bool = True
+  ema_manager: tf.train.CheckpointManager | None = None
   compiled_shapes: set = dataclasses.field(default_factory=set)
   nonfinite_steps: int = 0
   _profiling: bool = False
@@ -182,12 +185,21 @@ class Trainer:
                    last)
 
   def _save(self, step: int):
-    """Checkpoints the training state, unless a weight is not finite."""
+    """Checkpoints the training state, and the moving average of the weights with
+    --ema_decay, unless a weight is not finite."""
     if not all_finite(self.model.weights + self.optimizer.variables):
       raise NonFiniteTraining(
           f"step {step}: a weight or optimizer moment is NaN or Inf, so no checkpoint was "
           f"written; "
           f"{self._last_good()}; lower --learning_rate or set --clip_norm")
+    # the average first: a run killed between the two saves redoes both from the previous one
+    if self.ema_manager:
+      weights = self.model.trainable_variables
+      trained = [tf.identity(weight) for weight in weights]
+      self.optimizer.finalize_variable_values(weights)  # the average into the model, saved
+      self.ema_manager.save(checkpoint_number=step)
+      for weight, value in zip(weights, trained):
+        weight.assign(value)
     self.manager.save(checkpoint_number=step)
 
   def _last_good(self) -> str:
@@ -285,7 +297,9 @@ def create_trainer(data, model_config, train_config, decode_config,
   write_dir = c.model_dir if is_chief else tempfile.mkdtemp(prefix="worker_")
   if is_chief:
     model_dir.check_config(c.model_dir, model_config)
-    for folder in (c.model_dir, os.path.join(c.model_dir, "best")):
+    model_dir.check_optimizer(c.model_dir, c)
+    for folder in (c.model_dir, os.path.join(c.model_dir, "best"),
+                   os.path.join(c.model_dir, model_dir.EMA_DIR)):
       model_dir.remove_partial_saves(folder)  # and checks its checkpoint state is readable
   writers = {name: (tf.summary.create_file_writer(os.path.join(c.model_dir, name))
                     if is_chief else tf.summary.create_noop_writer())
@@ -305,6 +319,11 @@ def create_trainer(data, model_config, train_config, decode_config,
                                    dropout_states=dropout_states, **evaluator.state)
   manager = tf.train.CheckpointManager(checkpoint, write_dir, c.keep_checkpoints,
                                        checkpoint_name="ckpt")
+  ema_manager = None
+  if c.ema_decay:
+    ema_manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model), os.path.join(write_dir, model_dir.EMA_DIR), 1,
+        checkpoint_name="ckpt")
   # every worker resumes from the chief's checkpoint (model_dir is on a shared file system)
   latest = model_dir.latest_checkpoint(c.model_dir)
   if latest:
@@ -313,4 +332,4 @@ def create_trainer(data, model_config, train_config, decode_config,
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
                                c.jit_compile, c.clip_norm)
   return Trainer(model, optimizer, train_step, iterator, manager, evaluator, writers["train"], c,
-                 write_dir, is_chief)
+                 write_dir, is_chief, ema_manager)

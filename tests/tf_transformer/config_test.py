@@ -57,7 +57,7 @@ def test_task_preset_composes_a_model_preset_and_builds_configs(name):
 
 
 @pytest.mark.parametrize("name, folder", [("multi30k_en_de", "multi30k"),
-                                          ("multi30k_de_en", "multi30k"), ("ja_vi", "ja_vi")])
+                                          ("multi30k_de_en", "multi30k")])
 def test_shipped_corpora_are_found_and_valid(name, folder):
   data_dir = os.path.join(testutil.SHARED_DATA, folder)
   if not os.path.isdir(data_dir):

@@ -154,3 +154,48 @@ def test_loss_scale_reaches_tensorboard_under_mixed_float16(tmp_path):
   [(step, scale)] = summaries(tmp_path / "model" / "train")["loss_scale"]
   # Keras starts at 2^15 and halves the scale after each overflowing step
   assert step == 2 and scale in [2.0**k for k in range(16)]
+
+
+def test_moving_average_of_the_weights(tmp_path):
+  """--ema_decay=d: model_dir/ema holds e_1 = w_1, e_t = d e_(t-1) + (1 - d) w_t over the
+  weights w_t after each step (read here from a checkpoint per step, averaged in float64),
+  while training goes on from w_t itself."""
+  from tf_transformer import model_dir as model_dir_lib
+
+  write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
+  decay, steps, folder = 0.7, 4, str(tmp_path / "model")
+  run = build_trainer(tmp_path, tmp_path / "model", f"--train_steps={steps}", "--save_every=1",
+                      f"--keep_checkpoints={steps}", "--eval_every=100", f"--ema_decay={decay}")
+  run.train()
+
+  def weights(checkpoint):
+    model, _, step = model_dir_lib.load_for_inference(folder, "src", "tgt", checkpoint)
+    return step, [v.numpy().astype(np.float64) for v in model.trainable_variables]
+
+  trained = [weights(f"{folder}/ckpt-{step}")[1] for step in range(1, steps + 1)]
+  expected = trained[0]
+  for current in trained[1:]:
+    expected = [decay * e + (1 - decay) * w for e, w in zip(expected, current)]
+  step, average = weights("ema")
+  assert step == steps
+  for want, got in zip(expected, average):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert max(np.abs(e - w).max() for e, w in zip(average, trained[-1])) > 1e-4
+  # the model trains on from its own weights, not from the average it saved
+  for got, want in zip(run.model.trainable_variables, trained[-1]):
+    np.testing.assert_array_equal(got.numpy(), want.astype(np.float32))
+
+
+def test_moving_average_cannot_be_switched_on_a_resumed_run(tmp_path):
+  """Keras numbers the optimizer's variables, so a checkpoint with a moving average would be
+  read into the wrong Adam moments by a run without one (and the reverse)."""
+  import pytest
+
+  from tf_transformer.model_dir import ModelDirError
+
+  write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
+  build_trainer(tmp_path, tmp_path / "model", "--train_steps=1", "--eval_every=100",
+                "--ema_decay=0.9").train()
+  with pytest.raises(ModelDirError, match=r"optimizer.json: .*moving_average=True.*"
+                     r"moving_average=False"):
+    build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--eval_every=100")

@@ -1,0 +1,115 @@
+"""A deterministic dev/test split of a parallel corpus that has none.
+
+Which pairs are held out depends only on the seed and the source sentences, not on the order
+of the lines or on the machine: each distinct source sentence gets the key
+sha256("<seed>\\t<source>"), the keys are sorted, and whole groups of pairs with the same
+source go to dev, then to test, until each has its size; the rest is training data. A
+sentence repeated in the corpus therefore never stands on both sides of the split.
+"""
+
+import dataclasses
+import hashlib
+import os
+
+from data_pipeline import corpora
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitCounts:
+  """Pairs written per split; of train, those from the extra corpora, and the extra pairs
+  left out because their source sentence is held out."""
+  train: int
+  dev: int
+  test: int
+  extra_train: int
+  extra_held_out: int
+
+
+def _key(seed: int, source: str) -> bytes:
+  return hashlib.sha256(f"{seed}\t{source}".encode("utf-8")).digest()
+
+
+def held_out_keys(pairs, dev_size: int, test_size: int, seed: int) -> tuple[set, set]:
+  """The source keys of the dev and the test pairs.
+
+  Args:
+    pairs: iterable of (source, target) strings, the corpus to split.
+    dev_size, test_size: pairs wanted in each (a group of pairs with one source is never cut,
+      so a split can exceed its size by the group's size - 1).
+
+  Raises:
+    corpora.CorpusError: the corpus has fewer distinct sources than dev_size + test_size
+      needs, with one left for training.
+  """
+  counts = {}
+  for source, _ in pairs:
+    key = _key(seed, source)
+    counts[key] = counts.get(key, 0) + 1
+  dev, test, sizes = set(), set(), [0, 0]
+  for key in sorted(counts):
+    index = 0 if sizes[0] < dev_size else 1 if sizes[1] < test_size else None
+    if index is None:
+      return dev, test
+    (dev, test)[index].add(key)
+    sizes[index] += counts[key]
+  raise corpora.CorpusError(f"{len(counts)} distinct source sentences cannot give "
+                            f"--dev_size={dev_size} and --test_size={test_size} pairs and "
+                            "leave any for training")
+
+
+def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
+                tgt_lang: str, dev_size: int, test_size: int, seed: int,
+                extra_train=(), on_bad_line: str = "error") -> SplitCounts:
+  """Writes `out_dir`/{train,dev,test}.{src_lang,tgt_lang}, UTF-8, one pair a line.
+
+  Args:
+    source_path, target_path: the corpus to split (plain or .gz, line-aligned), validated
+      first (line counts, UTF-8 per `on_bad_line`); empty pairs are left out.
+    extra_train: (source path, target path) pairs of corpora appended to train, but for the
+      pairs whose source sentence is held out.
+
+  Returns:
+    The pairs written to each split.
+  """
+  corpora_to_read = [(source_path, target_path), *extra_train]
+  skipped = {paths: corpora.scan_parallel(*paths, on_bad_line=on_bad_line).bad_lines
+             for paths in corpora_to_read}
+
+  def pairs(paths):
+    return corpora.iterate_parallel(*paths, skip_lines=skipped[paths])
+
+  dev, test = held_out_keys(pairs(corpora_to_read[0]), dev_size, test_size, seed)
+  os.makedirs(out_dir, exist_ok=True)
+  files = {(split, lang): open(os.path.join(out_dir, f"{split}.{lang}.tmp-{os.getpid()}"),
+                               "w", encoding="utf-8")
+           for split in SPLITS for lang in (src_lang, tgt_lang)}
+  counts = dict.fromkeys(SPLITS, 0)
+  extra = dropped = 0
+
+  def write(split, source, target):
+    files[split, src_lang].write(source + "\n")
+    files[split, tgt_lang].write(target + "\n")
+    counts[split] += 1
+
+  try:
+    for source, target in pairs(corpora_to_read[0]):
+      key = _key(seed, source)
+      write("dev" if key in dev else "test" if key in test else "train", source, target)
+    for paths in extra_train:
+      for source, target in pairs(paths):
+        if _key(seed, source) in dev or _key(seed, source) in test:
+          dropped += 1  # a held-out sentence must not be trained on
+          continue
+        write("train", source, target)
+        extra += 1
+  except BaseException:
+    for f in files.values():
+      f.close()
+      os.remove(f.name)
+    raise
+  for (split, lang), f in files.items():  # renamed only once every file is complete
+    f.close()
+    os.replace(f.name, os.path.join(out_dir, f"{split}.{lang}"))
+  return SplitCounts(counts["train"], counts["dev"], counts["test"], extra, dropped)
