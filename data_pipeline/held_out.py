@@ -99,7 +99,8 @@ def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
       write("dev" if key in dev else "test" if key in test else "train", source, target)
     for paths in extra_train:
       for source, target in pairs(paths):
-        if _key(seed, source) in dev or _key(seed, source) in test:
+        key = _key(seed, source)
+        if key in dev or key in test:
           dropped += 1  # a held-out sentence must not be trained on
           continue
         write("train", source, target)
