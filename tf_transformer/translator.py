@@ -13,6 +13,13 @@ from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
 
 _STRINGS = tf.TensorSpec([None], tf.string)
+
+
+def _rows(strings):
+  """`strings` checked at run time to be [B]: a SavedModel signature does not check the
+  shape it declares, and a scalar or a matrix would otherwise fail deep inside the search.
+  The error reads "Shape of tensor inputs [] is not compatible with expected shape [?]"."""
+  return tf.ensure_shape(strings, [None])
 _WIDTH_BUCKET = 16
 
 
@@ -119,20 +126,24 @@ class Translator(tf.Module):
   @tf.function(input_signature=[_STRINGS])
   def serve(self, inputs):
     """inputs: string [B] -> {"outputs": string [B], "scores": float32 [B]} (the best)."""
-    outputs, scores = self._search(inputs)
+    outputs, scores = self._search(_rows(inputs))
     return {"outputs": outputs[:, 0], "scores": scores[:, 0]}
 
   @tf.function(input_signature=[_STRINGS])
   def translate_nbest(self, inputs):
     """inputs: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}."""
-    outputs, scores = self._search(inputs)
+    outputs, scores = self._search(_rows(inputs))
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS])
   def score(self, source, target):
     """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha."""
-    return {"log_prob": self._in_chunks(self._score_chunk, [([], tf.float32)], source,
-                                         target)[0]}
+    source, target = _rows(source), _rows(target)
+    with tf.control_dependencies([tf.debugging.assert_equal(
+        tf.size(source), tf.size(target),
+        message="score: source and target must have the same number of rows")]):
+      return {"log_prob": self._in_chunks(self._score_chunk, [([], tf.float32)], source,
+                                           target)[0]}
 
   def _score_chunk(self, source, target):
     """source, target: string [B] -> (float32 [B],)."""
@@ -149,6 +160,7 @@ class Translator(tf.Module):
     last decoder layer's weights averaged over heads, each real target row summing to 1 over
     the real source tokens, zeros elsewhere (and for blank inputs)}.
     """
+    inputs = _rows(inputs)
     source_ids = self._source_ids(inputs)
     best = self._decode(source_ids)[0][:, 0]
     attention = decoding.attention(self._model[0], source_ids, best)

@@ -165,12 +165,20 @@ def serving_default(loaded):
 
 @pytest.mark.parametrize("inputs, message", [
     (tf.constant([1, 2]), "string"),  # the wrong dtype: named in the error
-    (tf.constant("aa bb"), ""),  # rank 0 and rank 2: refused by TensorFlow's own check
-    (tf.constant([["aa"], ["bb"]]), ""),
+    # rank 0 and rank 2: the signature's [None] is checked when the request runs
+    (tf.constant("aa bb"), r"Shape of tensor inputs \[\] is not compatible with expected "
+                           r"shape \[\?\]"),
+    (tf.constant([["aa"], ["bb"]]), r"Shape of tensor inputs \[2,1\] is not compatible"),
 ])
 def test_malformed_request_is_refused(serving_default, inputs, message):
   with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError), match=message):
     serving_default(inputs=inputs)
+
+
+def test_score_refuses_sources_and_targets_of_different_counts(loaded):
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="score: source and target must have the same number of rows"):
+    loaded.signatures["score"](source=tf.constant(["aa", "bb"]), target=tf.constant(["aa"]))
 
 
 @pytest.mark.parametrize("rows", [0, 10_000])
