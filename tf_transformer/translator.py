@@ -13,6 +13,7 @@ from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
 
 _STRINGS = tf.TensorSpec([None], tf.string)
+_WIDTH_BUCKET = 16
 
 
 def _rows(strings):
@@ -20,7 +21,6 @@ def _rows(strings):
   shape it declares, and a scalar or a matrix would otherwise fail deep inside the search.
   The error reads "Shape of tensor inputs [] is not compatible with expected shape [?]"."""
   return tf.ensure_shape(strings, [None])
-_WIDTH_BUCKET = 16
 
 
 class Translator(tf.Module):
