@@ -5,9 +5,11 @@
         --a ".venv/bin/python bench/train_speed.py --flagfile=flags/small.cfg --nopadding_aware_ffn" \\
         --b "/tmp/peerenv/bin/python ../shared/bench/peers/torch_train.py --batching bucketed --json"
 
-Each round runs every --a command (ours; one or more), then --b (the peer). Each command must
-end its output with one JSON line holding --metric (and, if present, peak_rss_mib). On a
-shared, noisy machine only such back-to-back ratios mean much.
+Each round runs every --a command (ours; one or more), then every --b (the peers; one or more,
+e.g. PyTorch in float32 and under bfloat16 autocast). Each command must end its output with one
+JSON line holding --metric (and, if present, peak_rss_mib). Every --a gets the ratio of its
+median over each peer's median and its per-round ratios. On a shared, noisy machine only such
+back-to-back ratios mean much.
 """
 
 import argparse
@@ -31,11 +33,11 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--a", required=True, action="append", help="our command (repeatable)")
-  parser.add_argument("--b", required=True, help="the peer's command")
+  parser.add_argument("--b", required=True, action="append", help="a peer's command (repeatable)")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--metric", default="tgt_tok_per_s")
   args = parser.parse_args()
-  commands = args.a + [args.b]
+  commands = args.a + args.b
   values = {command: [] for command in commands}
   rss = {command: [] for command in commands}
   for round_ in range(args.rounds):
@@ -48,13 +50,18 @@ def main():
       rss[command].append(report.get("peak_rss_mib"))
       print(f"round {round_ + 1}: {args.metric} {report[args.metric]:.1f}, peak RSS "
             f"{report.get('peak_rss_mib') or float('nan'):.0f} MiB  <- {command}", flush=True)
-  peer = statistics.median(values[args.b])
-  summary = {"metric": args.metric, "peer": args.b, "peer_values": values[args.b],
-             "peer_median": peer,
+  peers = [{"command": peer, "values": values[peer], "median": statistics.median(values[peer]),
+            "peak_rss_mib": max((r for r in rss[peer] if r), default=None)} for peer in args.b]
+  summary = {"metric": args.metric, "peers": peers,
              "ours": [{"command": command, "values": values[command],
                        "median": statistics.median(values[command]),
-                       "ratio_over_peer": statistics.median(values[command]) / peer,
-                       "peak_rss_mib": max((r for r in rss[command] if r), default=None)}
+                       "peak_rss_mib": max((r for r in rss[command] if r), default=None),
+                       "ratios": [{"peer": peer["command"],
+                                   "of_medians": statistics.median(values[command])
+                                                 / peer["median"],
+                                   "per_round": [ours / theirs for ours, theirs in
+                                                 zip(values[command], peer["values"])]}
+                                  for peer in peers]}
                       for command in args.a]}
   print(json.dumps(summary))
 

@@ -76,6 +76,7 @@ def run_once() -> dict:
                                     mixed_precision=FLAGS.mixed_precision,
                                     jit_compile=FLAGS.jit_compile, update_freq=FLAGS.update_freq)
   strategy = runtime.set_up_runtime(train_config)
+  train_config = runtime.resolve_precision(train_config, strategy)
   rng = np.random.default_rng(FLAGS.seed)
   steps = FLAGS.warmup + FLAGS.steps * FLAGS.update_freq
   mean_len = (FLAGS.min_len + FLAGS.max_len) / 2
@@ -122,7 +123,7 @@ def run_once() -> dict:
   return {
       "framework": "tf_transformer", "tensorflow": tf.__version__,
       "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-      "padding_aware_ffn": FLAGS.padding_aware_ffn, "mixed_precision": FLAGS.mixed_precision,
+      "padding_aware_ffn": FLAGS.padding_aware_ffn, "mixed_precision": train_config.mixed_precision,
       "jit_compile": FLAGS.jit_compile, "update_freq": FLAGS.update_freq,
       "batch_tokens": batch_tokens,
       "steps": FLAGS.steps, "warmup": FLAGS.warmup, "elapsed_s": elapsed,

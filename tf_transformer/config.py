@@ -96,9 +96,12 @@ flags.DEFINE_integer("max_nonfinite_steps", 10,
 flags.DEFINE_integer("update_freq", 1,
                      "Accumulate the gradients of this many batches per optimizer update "
                      "(an N times larger effective batch).", lower_bound=1)
-flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
+flags.DEFINE_enum("mixed_precision", "auto",
+                  ["auto", "float32", "mixed_float16", "mixed_bfloat16"],
                   "Keras dtype policy of training: float32 variables, 16-bit compute; logits, "
-                  "softmax and loss stay float32; mixed_float16 adds dynamic loss scaling.")
+                  "softmax and loss stay float32; mixed_float16 adds dynamic loss scaling. auto: "
+                  "mixed_bfloat16 where the devices multiply bfloat16 in hardware (CPUs with "
+                  "AVX512-BF16 or AMX, GPUs of compute capability 8.0+, TPUs), else float32.")
 flags.DEFINE_string("profile_steps", "",
                     "A,B: write a TensorFlow profile of training steps A to B (1-based, "
                     "inclusive) for TensorBoard's Profile tab; '' = none.")

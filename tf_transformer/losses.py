@@ -74,6 +74,87 @@ def token_statistics(logits, labels, label_smoothing: float, weights=None):
   }
 
 
+# Logits per chunk of the fused projection and loss: 2M float32 (8 MB), about 262 tokens
+# at an 8,000-piece vocabulary; bounded so the loss never holds a [tokens, vocab] tensor.
+_CHUNK_LOGITS = 1 << 21
+
+
+def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: float,
+                               chunk_tokens: int = 0):
+  """`token_statistics` of logits = hidden @ output_kernel, with the gradient of "loss" formed
+  in the forward pass, chunk by chunk of tokens.
+
+  For each chunk the logits, their loss terms and d loss / d logits = softmax - q are computed
+  and at once multiplied into the gradients of `hidden` and `output_kernel`, so at most one
+  chunk's [chunk, vocab] logits exist at a time instead of the whole step's (autodiff keeps the
+  logits for the backward pass and then makes their gradient: two [num_tokens, vocab] tensors
+  plus temporaries, the largest buffers of a training step). The FLOPs are the same three
+  matmuls; they are all spent here, so use it where the gradient is wanted (training).
+
+  Args:
+    hidden: [num_tokens, d_model] decoder states of real target tokens (compute dtype).
+    output_kernel: [d_model, vocab_size] pre-softmax matrix (compute dtype).
+    labels: int32 [num_tokens].
+    label_smoothing: eps in [0, 1).
+    chunk_tokens: tokens per chunk; 0 picks about 2M logits per chunk.
+
+  Returns:
+    dict of float32 scalars as `token_statistics`: "loss", "nll", "correct", "tokens". Only
+    "loss" has a gradient (towards `hidden` and `output_kernel`); the others are statistics.
+  """
+  vocab_size = output_kernel.shape[-1]
+  if not chunk_tokens:
+    chunk_tokens = max(1, _CHUNK_LOGITS // vocab_size)
+  compute_dtype = hidden.dtype
+
+  @tf.custom_gradient
+  def summed(hidden, output_kernel):
+    num_tokens = tf.shape(hidden)[0]
+    kernel_rows = tf.transpose(output_kernel)  # -> [vocab_size, d_model]
+
+    def chunk_step(start, d_kernel, d_hidden, sums):
+      h = hidden[start:start + chunk_tokens]
+      y = labels[start:start + chunk_tokens]
+      logits = tf.cast(tf.matmul(h, output_kernel), tf.float32)  # -> [chunk, vocab_size]
+      label_positions = tf.stack([tf.range(tf.shape(y)[0], dtype=y.dtype), y], axis=1)
+      log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+      nll = log_normalizer - tf.gather_nd(logits, label_positions)
+      uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
+      correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=y.dtype), y),
+                        tf.float32)
+      loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
+      # d loss / d logits = softmax - q, q = (1 - eps) onehot + eps / V
+      d_logits = tf.exp(logits - log_normalizer[:, tf.newaxis]) - label_smoothing / vocab_size
+      d_logits = tf.cast(tf.tensor_scatter_nd_sub(
+          d_logits, label_positions, tf.fill(tf.shape(y), 1.0 - label_smoothing)),
+          compute_dtype)
+      d_kernel += tf.cast(tf.matmul(h, d_logits, transpose_a=True), tf.float32)
+      d_hidden = d_hidden.write(start // chunk_tokens, tf.matmul(d_logits, kernel_rows))
+      sums += tf.stack([tf.reduce_sum(loss), tf.reduce_sum(nll), tf.reduce_sum(correct)])
+      return start + chunk_tokens, d_kernel, d_hidden, sums
+
+    _, d_kernel, d_hidden, sums = tf.while_loop(
+        lambda start, *_: start < num_tokens, chunk_step,
+        (tf.constant(0), tf.zeros(tf.shape(output_kernel), tf.float32),
+         tf.TensorArray(compute_dtype, size=0, dynamic_size=True, infer_shape=False,
+                        element_shape=tf.TensorShape([None, hidden.shape[-1]])),
+         tf.zeros([3])),
+        parallel_iterations=1)  # one chunk's logits alive at a time
+    d_hidden = tf.reshape(d_hidden.concat(), tf.shape(hidden))
+
+    def gradient(d_sums, d_tokens):
+      del d_tokens  # the token count does not depend on the inputs
+      d_loss = d_sums[0]  # "nll" and "correct" are statistics: no gradient
+      return (d_hidden * tf.cast(d_loss, compute_dtype),
+              tf.cast(d_kernel * d_loss, output_kernel.dtype))
+
+    return (sums, tf.cast(num_tokens, tf.float32)), gradient
+
+  sums, tokens = summed(hidden, output_kernel)
+  return {"loss": sums[0], "nll": tf.stop_gradient(sums[1]),
+          "correct": tf.stop_gradient(sums[2]), "tokens": tokens}
+
+
 def batch_statistics(model, batch, label_smoothing: float, static_shapes: bool = False,
                      training: bool = True):
   """Summed token statistics (see token_statistics) of one batch under `model`.
@@ -84,6 +165,9 @@ def batch_statistics(model, batch, label_smoothing: float, static_shapes: bool =
     static_shapes: keep padded positions (weighted 0) instead of gathering the real ones, for
       XLA/TPU; otherwise only real target positions reach the [tokens, vocab] softmax, the
       costliest matmul of the step.
+    training: dropout on, and (except under float16) the projection and loss fused by chunks
+      of tokens with their gradient (`projected_token_statistics`); off, the logits are made
+      once, with no gradient work.
   """
   source_ids, target_input_ids, target_ids = batch
   memory, bias = model.encode(source_ids, training=training)
@@ -94,5 +178,10 @@ def batch_statistics(model, batch, label_smoothing: float, static_shapes: bool =
     return token_statistics(logits, tf.reshape(target_ids, [-1]), label_smoothing,
                                    tf.reshape(tf.cast(real, tf.float32), [-1]))
   positions = tf.where(real)
-  return token_statistics(model.logits(tf.gather_nd(hidden, positions)),
-                                 tf.gather_nd(target_ids, positions), label_smoothing)
+  hidden, labels = tf.gather_nd(hidden, positions), tf.gather_nd(target_ids, positions)
+  # float16 keeps autodiff: its loss scale must reach d loss / d logits before the cast to
+  # float16 (the fused pass forms them unscaled, and small probabilities would underflow)
+  if training and hidden.dtype != tf.float16:
+    return projected_token_statistics(hidden, model.target_embedding.output_kernel(), labels,
+                                      label_smoothing)
+  return token_statistics(model.logits(hidden), labels, label_smoothing)

@@ -6,6 +6,7 @@ import tensorflow as tf
 from data_pipeline.token_ids import PAD_ID
 from tf_transformer.layers import attention_bias
 from tf_transformer.layers.decoder import Decoder
+from tf_transformer.layers.dropout import Dropout
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.encoder import Encoder
 
@@ -47,7 +48,7 @@ class Transformer(keras.Model):
     self.source_embedding = (self.target_embedding if shared_vocab else
                              SharedEmbedding(source_vocab_size, d_model,
                                              name="source_embedding", dtype=policy))
-    self.embedding_dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
+    self.embedding_dropout = Dropout(dropout_rate, dtype=policy)
     self.encoder = Encoder(name="encoder", dtype=policy, **self.stack_args)
     self.decoder = Decoder(name="decoder", dtype=policy, **self.stack_args)
     self._build_all()

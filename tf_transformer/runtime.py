@@ -1,5 +1,7 @@
 """The TensorFlow runtime of a training run: seeds, determinism, devices and the strategy."""
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 from absl import logging
@@ -61,3 +63,45 @@ def worker_info(strategy) -> tuple[int, int, bool]:
   is_chief = task_type == "chief" or (task_type == "worker" and task_id == 0
                                       and "chief" not in cluster)
   return workers, index, is_chief
+
+
+# CPU flags of native bfloat16 dot products (AVX512-BF16: Cooper Lake, Sapphire Rapids and
+# later Xeons, AMD Zen 4 and later; AMX-BF16: Sapphire Rapids and later)
+_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+  """The feature flags of the first CPU in `cpuinfo` (empty where there is no such file)."""
+  try:
+    with open(cpuinfo, encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+def native_bfloat16(strategy) -> bool:
+  """Whether every device of `strategy` multiplies bfloat16 matrices in hardware: TPUs, GPUs of
+  compute capability 8.0 (Ampere) or later, CPUs with AVX512-BF16 or AMX-BF16."""
+  if isinstance(strategy, tf.distribute.TPUStrategy):
+    return True
+  gpus = tf.config.list_physical_devices("GPU")
+  if gpus:  # the strategies train on the GPUs whenever there are any
+    return all(tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
+               >= (8, 0) for gpu in gpus)
+  return bool(cpu_flags() & set(_BFLOAT16_CPU_FLAGS))
+
+
+def resolve_precision(train_config, strategy):
+  """`train_config` with --mixed_precision=auto replaced by the policy this machine runs
+  fastest at equal quality: mixed_bfloat16 where `native_bfloat16`, float32 elsewhere (16-bit
+  compute without the hardware costs casts and gains nothing). Other values pass unchanged."""
+  precision = train_config.mixed_precision
+  if precision == "auto":
+    precision = "mixed_bfloat16" if native_bfloat16(strategy) else "float32"
+    logging.info("precision: %s (--mixed_precision=auto: %s)", precision,
+                 "bfloat16 matmuls in hardware" if precision != "float32" else
+                 "no bfloat16 matmul units found")
+  return dataclasses.replace(train_config, mixed_precision=precision)

@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_pipeline.progress import ProgressBar
-from tf_transformer import model_dir
+from tf_transformer import model_dir, runtime
 from tf_transformer.console import UserError
 from tf_transformer.evaluator import Evaluator
 from tf_transformer.model import Transformer
@@ -274,7 +274,8 @@ def create_model(model_config, train_config, strategy):
   Returns:
     (Transformer, keras optimizer).
   """
-  policy = None if train_config.mixed_precision == "float32" else train_config.mixed_precision
+  precision = runtime.resolve_precision(train_config, strategy).mixed_precision
+  policy = None if precision == "float32" else precision
   with strategy.scope():
     model = Transformer(**dataclasses.asdict(model_config), dtype=policy)
     optimizer = make_optimizer(model_config, train_config)
@@ -291,7 +292,7 @@ def create_trainer(data, model_config, train_config, decode_config,
     data: the task's data, opened after `runtime.set_up_runtime` made `strategy`.
     decode_config: the search of the dev/test translations (beam size: --eval_beam_size).
   """
-  c = train_config
+  c = train_config = runtime.resolve_precision(train_config, strategy)
   num_workers, worker_index, is_chief = worker_info(strategy)
   # only the chief writes into model_dir; other workers save into a folder thrown away
   write_dir = c.model_dir if is_chief else tempfile.mkdtemp(prefix="worker_")

@@ -92,3 +92,37 @@ def test_hand_written_gradient_matches_float64_reference(eps, mode):
                                                                d_nll), atol=1e-6)
   np.testing.assert_allclose(loss_only.numpy(), _reference_gradient(
       logits, labels, eps, d_loss, np.zeros(6)), atol=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("num_tokens,chunk_tokens", [(10, 3), (10, 10), (4, 0), (0, 3)])
+def test_fused_projection_and_loss_match_float64_reference(eps, num_tokens, chunk_tokens):
+  """Sums and gradients of `projected_token_statistics` (chunks of 3 leave a partial last
+  chunk; 0 tokens is a replica with an empty share) equal float64 autodiff-free references."""
+  rng = np.random.default_rng(2)
+  hidden = rng.normal(size=(num_tokens, 4))
+  kernel = rng.normal(size=(4, 9))
+  labels = rng.integers(0, 9, size=num_tokens).astype(np.int32)
+  logits = hidden @ kernel
+  labels[:2] = np.argmax(logits[:2], axis=-1)
+  scale = 2.5  # an upstream gradient, as a loss scale or a 1 / tokens factor gives
+
+  @tf.function
+  def run(h, k):
+    with tf.GradientTape() as tape:
+      tape.watch([h, k])
+      stats = losses.projected_token_statistics(h, k, tf.constant(labels), eps, chunk_tokens)
+      objective = scale * stats["loss"] + 3.0 * stats["nll"] + 5.0 * stats["correct"]
+    return stats, tape.gradient(objective, [h, k])
+
+  stats, (d_hidden, d_kernel) = run(tf.constant(hidden, tf.float32),
+                                    tf.constant(kernel, tf.float32))
+  ref_loss, ref_nll = _reference(logits, labels, eps)
+  np.testing.assert_allclose(float(stats["loss"]), ref_loss.sum(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(float(stats["nll"]), ref_nll.sum(), rtol=1e-5, atol=1e-6)
+  assert float(stats["correct"]) == float(np.sum(np.argmax(logits, axis=-1) == labels))
+  assert float(stats["tokens"]) == num_tokens
+  d_logits = scale * _reference_gradient(logits, labels, eps, np.ones(num_tokens),
+                                         np.zeros(num_tokens))
+  np.testing.assert_allclose(d_hidden.numpy(), d_logits @ kernel.T, atol=1e-5)
+  np.testing.assert_allclose(d_kernel.numpy(), hidden.T @ d_logits, atol=1e-5)

@@ -77,6 +77,29 @@ def test_static_shape_statistics_equal_gathered_ones():
     np.testing.assert_allclose(float(static[key]), float(gathered[key]), rtol=1e-5)
 
 
+@pytest.mark.parametrize("shared_vocab", [True, False])
+def test_training_statistics_fuse_the_loss_without_changing_it(shared_vocab):
+  """With dropout off, training=True (projection and loss fused by chunks, gradient formed in
+  the forward pass) gives the statistics and gradients of training=False (plain autodiff)."""
+  keras.utils.set_random_seed(0)
+  model = Transformer(**dataclasses.replace(MODEL, shared_vocab=shared_vocab).__dict__)
+  batch = tuple(tf.constant(t) for t in make_batch(4, 5, 9))
+
+  @tf.function
+  def statistics_and_gradients(training):
+    with tf.GradientTape() as tape:
+      stats = losses.batch_statistics(model, batch, 0.1, training=training)
+    return stats, tape.gradient(stats["loss"], model.trainable_variables)
+
+  fused, fused_gradients = statistics_and_gradients(True)
+  plain, plain_gradients = statistics_and_gradients(False)
+  for key in plain:
+    np.testing.assert_allclose(float(fused[key]), float(plain[key]), rtol=1e-5)
+  for got, expected in zip(fused_gradients, plain_gradients):
+    np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
+                               tf.convert_to_tensor(expected).numpy(), atol=1e-6)
+
+
 def test_xla_compiled_step_equals_the_graph_step():
   batches = [make_batch(5, 3, 8), make_batch(6, 3, 12)]
   compiled, _ = train(batches, jit_compile=True)

@@ -3,6 +3,8 @@
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class MultiHeadAttention(keras.layers.Layer):
@@ -21,7 +23,7 @@ class MultiHeadAttention(keras.layers.Layer):
     self.num_heads = num_heads
     self.dropout_rate = dropout_rate
     self.self_attention = self_attention
-    self._dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+    self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
 
   def build(self, query_shape, memory_shape=None):
     d_model = query_shape[-1]

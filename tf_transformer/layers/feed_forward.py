@@ -3,6 +3,8 @@
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class FeedForward(keras.layers.Layer):
@@ -20,7 +22,7 @@ class FeedForward(keras.layers.Layer):
     self.d_ff = d_ff
     self.dropout_rate = dropout_rate
     self.padding_aware = padding_aware
-    self._dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+    self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
 
   def build(self, inputs_shape, padding_mask_shape=None):
     d_model = inputs_shape[-1]

@@ -3,6 +3,8 @@
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers.dropout import Dropout
+
 NORM_POSITIONS = ("post", "pre")
 
 
@@ -23,7 +25,7 @@ class ResidualNorm(keras.layers.Layer):
       raise ValueError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}")
     self.dropout_rate = dropout_rate
     self.norm_position = norm_position
-    self._dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+    self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
     # layer norm runs in float32: its variance is too coarse in float16/bfloat16
     self.norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype="float32", name="norm")
 
