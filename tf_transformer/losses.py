@@ -5,6 +5,16 @@ import tensorflow as tf
 from data_pipeline.token_ids import PAD_ID
 
 
+def _loss_terms(logits, label_positions, label_smoothing: float):
+  """log Z, the smoothed loss and the nll of each row of float32 logits [N, V]; label_positions
+  int [N, 2] holds (row, label). Returns three float32 [N]."""
+  log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
+  nll = log_normalizer - tf.gather_nd(logits, label_positions)
+  # -mean_v log p_v without materialising log-softmax: log Z - mean_v logits_v
+  uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
+  return log_normalizer, (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
+
+
 def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):
   """Per-token loss against q = (1 - eps) * onehot(label) + eps / V (section 5.4).
 
@@ -27,11 +37,7 @@ def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):
 
   @tf.custom_gradient
   def smoothed_and_nll(logits):
-    log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
-    nll = log_normalizer - tf.gather_nd(logits, label_positions)
-    # -mean_v log p_v without materialising log-softmax: log Z - mean_v logits_v
-    uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
-    loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
+    log_normalizer, loss, nll = _loss_terms(logits, label_positions, label_smoothing)
 
     def gradient(d_loss, d_nll):
       # d loss = softmax - q and d nll = softmax - onehot, weighted by the incoming gradients
@@ -117,12 +123,9 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
       y = labels[start:start + chunk_tokens]
       logits = tf.cast(tf.matmul(h, output_kernel), tf.float32)  # -> [chunk, vocab_size]
       label_positions = tf.stack([tf.range(tf.shape(y)[0], dtype=y.dtype), y], axis=1)
-      log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
-      nll = log_normalizer - tf.gather_nd(logits, label_positions)
-      uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
+      log_normalizer, loss, nll = _loss_terms(logits, label_positions, label_smoothing)
       correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=y.dtype), y),
                         tf.float32)
-      loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
       # d loss / d logits = softmax - q, q = (1 - eps) onehot + eps / V
       d_logits = tf.exp(logits - log_normalizer[:, tf.newaxis]) - label_smoothing / vocab_size
       d_logits = tf.cast(tf.tensor_scatter_nd_sub(
