@@ -7,7 +7,7 @@ through the project's own length bucketing, with --batch_tokens calibrated so th
 holds about --target_tokens real target tokens (as the peer script packs ~4096). Batches are
 cached in memory before the clock starts; untimed warm-up: one batch of every shape (each
 compiles once under --jit_compile), then --warmup steps. The training flags that change the
-step apply: --padding_aware_ffn, --mixed_precision, --jit_compile, --update_freq. The last
+step apply: --skip_padding, --mixed_precision, --jit_compile, --update_freq. The last
 line is one JSON object with at least `tgt_tok_per_s` and `peak_rss_mib`. Compare with
 ../shared/bench/peers/torch_train.py run alternately on the same machine.
 """
@@ -123,7 +123,7 @@ def run_once() -> dict:
   return {
       "framework": "tf_transformer", "tensorflow": tf.__version__,
       "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-      "padding_aware_ffn": FLAGS.padding_aware_ffn, "mixed_precision": train_config.mixed_precision,
+      "skip_padding": FLAGS.skip_padding, "mixed_precision": train_config.mixed_precision,
       "jit_compile": FLAGS.jit_compile, "update_freq": FLAGS.update_freq,
       "batch_tokens": batch_tokens,
       "steps": FLAGS.steps, "warmup": FLAGS.warmup, "elapsed_s": elapsed,

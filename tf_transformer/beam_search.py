@@ -1,6 +1,8 @@
 """Beam search over a `symbols_to_logits_fn`, in one tf.while_loop (it never imports a model).
 
-Sizes: B batch, K beam size, V vocabulary, L the width of the output ids. Greedy search is beam_size 1.
+Sizes: B batch, K beam size, V vocabulary, L the width of the output ids. With beam_size 1 it
+follows the argmax path but also keeps the best hypothesis that ended on the way, so it may
+return a shorter output than plain greedy decoding when that one scores better.
 """
 
 import tensorflow as tf

@@ -51,7 +51,10 @@ flags.DEFINE_float("attention_dropout_rate", 0.1, "Dropout on attention weights.
 flags.DEFINE_float("relu_dropout_rate", 0.1, "Dropout after the feed-forward ReLU.")
 flags.DEFINE_enum("norm_position", "post", ["post", "pre"],  # layers.residual.NORM_POSITIONS
                   "post: the paper's LayerNorm(x + F(x)); pre: x + F(LayerNorm(x)).")
-flags.DEFINE_bool("padding_aware_ffn", True, "Skip padded positions in the feed-forward layers.")
+flags.DEFINE_bool("skip_padding", True,
+                  "Run the layers on the real tokens only (padding stays out of every matmul, "
+                  "norm and dropout except attention's core); off, every padded position is "
+                  "computed too and shapes are static.")
 
 # ---------------------------------------------------------------- training
 flags.DEFINE_string("model_dir", None, "Checkpoints, vocabulary, TensorBoard logs.")
@@ -111,7 +114,7 @@ flags.DEFINE_float("ema_decay", 0.0,
                   "writes it to model_dir/ema, which --checkpoint=ema loads.", lower_bound=0.0)
 flags.DEFINE_bool("jit_compile", False,
                   "XLA-compile the train step (static shapes: one compilation per length "
-                  "bucket; needs --nopadding_aware_ffn, whose gather has data-dependent shapes).")
+                  "bucket; needs --noskip_padding: real-token rows have data-dependent shapes).")
 
 # ---------------------------------------------------------------- decoding
 flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).",
@@ -215,7 +218,7 @@ class ModelConfig:
   attention_dropout_rate: float = 0.1
   relu_dropout_rate: float = 0.1
   norm_position: str = "post"
-  padding_aware_ffn: bool = True
+  skip_padding: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,9 +302,9 @@ def train_config_from_flags() -> TrainConfig:
   _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
   _require(FLAGS.ema_decay < 1.0, f"--ema_decay must be in [0, 1), got {FLAGS.ema_decay}")
   static_shapes = FLAGS.jit_compile or FLAGS.distribution == "tpu"
-  _require(not (static_shapes and FLAGS.padding_aware_ffn),
-           "--jit_compile and --distribution=tpu need --nopadding_aware_ffn (its gather of the "
-           "real tokens has a data-dependent shape that XLA cannot compile)")
+  _require(not (static_shapes and FLAGS.skip_padding),
+           "--jit_compile and --distribution=tpu need --noskip_padding (the rows of the real "
+           "tokens have a data-dependent shape that XLA cannot compile)")
   return _from_flags(TrainConfig, profile_steps=_profile_steps(FLAGS.profile_steps))
 
 

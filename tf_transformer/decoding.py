@@ -15,7 +15,7 @@ def never_generated_bias(vocab_size: int):
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
            extra_decode_length: int = 50, min_length=0, max_decode_length=None):
-  """Beam search (greedy with beam_size 1) over the model's key/value-cached decoder.
+  """Beam search over the model's key/value-cached decoder (see beam_search for beam_size 1).
 
   Args:
     model: a Transformer.

@@ -158,33 +158,28 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
           "correct": tf.stop_gradient(sums[2]), "tokens": tokens}
 
 
-def batch_statistics(model, batch, label_smoothing: float, static_shapes: bool = False,
-                     training: bool = True):
+def batch_statistics(model, batch, label_smoothing: float, training: bool = True):
   """Summed token statistics (see token_statistics) of one batch under `model`.
+
+  Only real target tokens reach the [tokens, vocab] softmax, the costliest matmul of the step,
+  unless the model keeps padded rows (`skip_padding` off, for static shapes): then they are
+  weighted 0.
 
   Args:
     model: a Transformer.
     batch: (source_ids, target_input_ids, target_ids) int32 [batch, length].
-    static_shapes: keep padded positions (weighted 0) instead of gathering the real ones, for
-      XLA/TPU; otherwise only real target positions reach the [tokens, vocab] softmax, the
-      costliest matmul of the step.
     training: dropout on, and (except under float16) the projection and loss fused by chunks
       of tokens with their gradient (`projected_token_statistics`); off, the logits are made
       once, with no gradient work.
   """
   source_ids, target_input_ids, target_ids = batch
-  memory, bias = model.encode(source_ids, training=training)
-  hidden = model.decode(target_input_ids, memory, bias, training=training)
-  real = tf.not_equal(target_ids, PAD_ID)
-  if static_shapes:
-    logits = model.logits(tf.reshape(hidden, [-1, model.d_model]))
-    return token_statistics(logits, tf.reshape(target_ids, [-1]), label_smoothing,
-                                   tf.reshape(tf.cast(real, tf.float32), [-1]))
-  positions = tf.where(real)
-  hidden, labels = tf.gather_nd(hidden, positions), tf.gather_nd(target_ids, positions)
+  memory, memory_layout, bias = model.encode_rows(source_ids, training=training)
+  hidden, layout = model.decode_rows(target_input_ids, memory, memory_layout, bias,
+                                     training=training)
+  labels, weights = layout.rows_of(target_ids), layout.row_weights
   # float16 keeps autodiff: its loss scale must reach d loss / d logits before the cast to
   # float16 (the fused pass forms them unscaled, and small probabilities would underflow)
-  if training and hidden.dtype != tf.float16:
+  if training and weights is None and hidden.dtype != tf.float16:
     return projected_token_statistics(hidden, model.target_embedding.output_kernel(), labels,
                                       label_smoothing)
-  return token_statistics(model.logits(hidden), labels, label_smoothing)
+  return token_statistics(model.logits(hidden), labels, label_smoothing, weights)

@@ -9,6 +9,7 @@ from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.dropout import Dropout
 from tf_transformer.layers.embedding import SharedEmbedding
 from tf_transformer.layers.encoder import Encoder
+from tf_transformer.layers.token_layout import TokenLayout
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -20,13 +21,16 @@ class Transformer(keras.Model):
   and the target matrix still serves as the pre-softmax projection.
 
   Token ids: PAD_ID (0) is padding; the decoder input is the target shifted right behind BOS.
+
+  With `skip_padding` the layers compute the real tokens only (see TokenLayout); without it
+  they compute every padded position too, which keeps shapes static (XLA, TPUs).
   """
 
   def __init__(self, source_vocab_size: int, target_vocab_size: int,
                shared_vocab: bool = True, num_layers: int = 6, d_model: int = 512,
                num_heads: int = 8, d_ff: int = 2048, dropout_rate: float = 0.1,
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
-               norm_position: str = "post", padding_aware_ffn: bool = True, **kwargs):
+               norm_position: str = "post", skip_padding: bool = True, **kwargs):
     super().__init__(**kwargs)
     if shared_vocab and source_vocab_size != target_vocab_size:
       raise ValueError("shared_vocab needs one vocabulary: source_vocab_size "
@@ -35,12 +39,12 @@ class Transformer(keras.Model):
     self.target_vocab_size = target_vocab_size
     self.shared_vocab = shared_vocab
     self.d_model = d_model
+    self.skip_padding = skip_padding
     # the encoder's and decoder's arguments (see layers.stack)
     self.stack_args = dict(num_layers=num_layers, num_heads=num_heads, d_ff=d_ff,
                            dropout_rate=dropout_rate,
                            attention_dropout_rate=attention_dropout_rate,
-                           relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,
-                           padding_aware_ffn=padding_aware_ffn)
+                           relu_dropout_rate=relu_dropout_rate, norm_position=norm_position)
 
     policy = self.dtype_policy
     self.target_embedding = SharedEmbedding(target_vocab_size, d_model,
@@ -55,7 +59,7 @@ class Transformer(keras.Model):
 
   def _build_all(self):
     """Creates every weight now, so checkpoints can be restored before the first call."""
-    shape = (None, None, self.d_model)
+    shape = (None, self.d_model)  # token rows
     for layer in (self.target_embedding, self.source_embedding):
       if not layer.built:
         layer.build()
@@ -63,46 +67,86 @@ class Transformer(keras.Model):
     self.decoder.build(shape)
     self.built = True
 
-  def encode(self, source_ids, training=None):
-    """Encodes a source batch.
+  def _embed(self, embedding, ids, training):
+    """ids int32 [B, L] -> their TokenLayout and its embedded rows [R, d_model]."""
+    layout = TokenLayout.of_ids(ids, PAD_ID, self.skip_padding)
+    x = embedding.embed(layout.rows_of(ids), layout.positions)
+    return layout, self.embedding_dropout(x, training=training)
+
+  def encode_rows(self, source_ids, training=None):
+    """Encodes a source batch into token rows.
 
     Args:
       source_ids: int32 [batch, source_length], PAD_ID-padded.
 
     Returns:
-      memory: [batch, source_length, d_model].
+      memory: [M, d_model] rows of `layout`.
+      layout: the TokenLayout of the source.
       cross_attention_bias: float32 [batch, 1, 1, source_length].
     """
     bias = attention_bias.padding_bias(source_ids)
-    x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
-    mask = tf.not_equal(source_ids, PAD_ID)
-    return self.encoder(x, bias, mask, training=training), bias
+    layout, x = self._embed(self.source_embedding, source_ids, training)
+    return self.encoder(x, bias, layout=layout, training=training), layout, bias
 
-  def _embed_targets(self, target_input_ids, training):
-    """-> embedded targets [B, T, d_model], self-attention bias, padding mask bool [B, T]."""
-    self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
-    x = self.embedding_dropout(self.target_embedding(target_input_ids), training=training)
-    return x, self_bias, tf.not_equal(target_input_ids, PAD_ID)
-
-  def decode(self, target_input_ids, memory, cross_attention_bias, training=None):
-    """Runs the decoder over whole target prefixes (teacher forcing).
+  def decode_rows(self, target_input_ids, memory, memory_layout, cross_attention_bias,
+                  training=None):
+    """Runs the decoder over whole target prefixes (teacher forcing), in token rows.
 
     Args:
       target_input_ids: int32 [batch, target_length], BOS then the target shifted right.
-      memory: [batch, source_length, d_model].
+      memory, memory_layout, cross_attention_bias: from `encode_rows`.
+
+    Returns:
+      states: [R, d_model] decoder states of `layout`'s rows (feed them to `logits`).
+      layout: the TokenLayout of the targets.
+    """
+    self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
+    layout, x = self._embed(self.target_embedding, target_input_ids, training)
+    states, _ = self.decoder(x, memory, self_bias, cross_attention_bias, layout=layout,
+                             memory_layout=memory_layout, training=training)
+    return states, layout
+
+  def encode(self, source_ids, training=None):
+    """`encode_rows` in the padded layout, for decoding.
+
+    Returns:
+      memory: [batch, source_length, d_model]; the padded positions hold filler that the bias
+        hides.
+      cross_attention_bias: float32 [batch, 1, 1, source_length].
+    """
+    memory, layout, bias = self.encode_rows(source_ids, training=training)
+    return layout.to_padded(memory), bias
+
+  @staticmethod
+  def _padded_memory_rows(memory):
+    """memory [B, S, d_model] -> its rows and their (dense) TokenLayout."""
+    shape = tf.shape(memory)
+    return tf.reshape(memory, [-1, memory.shape[-1]]), TokenLayout.dense(shape[0], shape[1])
+
+  def decode(self, target_input_ids, memory, cross_attention_bias, training=None):
+    """`decode_rows` in the padded layout.
+
+    Args:
+      target_input_ids: int32 [batch, target_length].
+      memory: [batch, source_length, d_model], from `encode`.
       cross_attention_bias: float32 [batch, 1, 1, source_length].
 
     Returns:
-      [batch, target_length, d_model] decoder states (feed them to `logits`).
+      [batch, target_length, d_model] decoder states (filler at padded positions).
     """
-    x, self_bias, mask = self._embed_targets(target_input_ids, training)
-    return self.decoder(x, memory, self_bias, cross_attention_bias, mask, training=training)[0]
+    states, layout = self.decode_rows(target_input_ids, *self._padded_memory_rows(memory),
+                                      cross_attention_bias, training=training)
+    return layout.to_padded(states)
 
   def cross_attention_weights(self, target_input_ids, memory, cross_attention_bias):
     """The last decoder layer's cross-attention weights over `decode`'s pass, in inference,
-    averaged over heads: float32 [batch, target_length, source_length]."""
-    x, self_bias, mask = self._embed_targets(target_input_ids, False)
-    return self.decoder.cross_attention_weights(x, memory, self_bias, cross_attention_bias, mask)
+    averaged over heads: float32 [batch, target_length, source_length] (filler in the rows of
+    padded target positions)."""
+    self_bias = attention_bias.decoder_self_attention_bias(target_input_ids)
+    layout, x = self._embed(self.target_embedding, target_input_ids, False)
+    memory, memory_layout = self._padded_memory_rows(memory)
+    return self.decoder.cross_attention_weights(x, memory, self_bias, cross_attention_bias,
+                                                layout, memory_layout)
 
   def logits(self, hidden, output_kernel=None, bias=None):
     """hidden [..., d_model] -> float32 [..., target_vocab_size]; see SharedEmbedding.logits."""
@@ -140,16 +184,17 @@ class Transformer(keras.Model):
     buffer = cache["self"][0]["key"]
     self_bias = attention_bias.cached_step_bias(buffer.shape[2] or tf.shape(buffer)[2],
                                                 decode_index)
-    x = self.target_embedding.embed(ids[:, tf.newaxis], decode_index[tf.newaxis])
-    x, layers = self.decoder(x, None, self_bias, cross_attention_bias, None,
+    x = self.target_embedding.embed(ids, decode_index)
+    layout = TokenLayout.dense(tf.shape(ids)[0], 1)
+    x, layers = self.decoder(x, None, self_bias, cross_attention_bias, layout=layout,
                              cache={"self": cache["self"], "cross": cache["cross"]},
                              decode_index=decode_index)
-    return (self.logits(x[:, 0, :], cache["output_kernel"], logits_bias),
+    return (self.logits(x, cache["output_kernel"], logits_bias),
             dict(cache, **layers))
 
   def get_config(self):
     config = super().get_config()
     config.update(source_vocab_size=self.source_vocab_size,
                   target_vocab_size=self.target_vocab_size, shared_vocab=self.shared_vocab,
-                  d_model=self.d_model, **self.stack_args)
+                  d_model=self.d_model, skip_padding=self.skip_padding, **self.stack_args)
     return config

@@ -140,10 +140,22 @@ def _latest_training_checkpoint(model_dir: str) -> str:
   return path
 
 
+# config.json keys of earlier releases -> their names now
+_RENAMED_CONFIG_KEYS = {"padding_aware_ffn": "skip_padding"}
+
+
+def _upgraded_config(recorded: dict) -> dict:
+  return {_RENAMED_CONFIG_KEYS.get(key, key): value for key, value in recorded.items()}
+
+
 def check_config(model_dir: str, model_config: ModelConfig):
   """Records the architecture at the first run; refuses a later run with another one."""
-  check_recorded(os.path.join(model_dir, "config.json"), dataclasses.asdict(model_config),
-                 "the architecture")
+  path = os.path.join(model_dir, "config.json")
+  if tf.io.gfile.exists(path):
+    recorded = _read_json(path)
+    if _upgraded_config(recorded) != recorded:
+      write_json(path, _upgraded_config(recorded))
+  check_recorded(path, dataclasses.asdict(model_config), "the architecture")
 
 
 def check_optimizer(model_dir: str, train_config):
@@ -202,7 +214,7 @@ def read_config(model_dir: str) -> ModelConfig:
   if not tf.io.gfile.exists(path):
     raise ModelDirError(f"{path}: no such file; is {model_dir} a trained model directory?")
   try:
-    return ModelConfig(**_read_json(path))
+    return ModelConfig(**_upgraded_config(_read_json(path)))
   except TypeError as e:
     raise ModelDirError(f"{path}: not this project's model config ({e}); use another "
                         "--model_dir") from None

@@ -78,12 +78,11 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
   """
   variables = model.trainable_variables
   local_replicas = strategy.num_replicas_in_sync // worker_info(strategy)[0]
-  static_shapes = jit_compile or isinstance(strategy, tf.distribute.TPUStrategy)
   scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
   def gradients_of(*batch):
     with tf.GradientTape() as tape:
-      stats = losses.batch_statistics(model, batch, label_smoothing, static_shapes)
+      stats = losses.batch_statistics(model, batch, label_smoothing)
       loss = optimizer.scale_loss(stats["loss"]) if scales_loss else stats["loss"]
     return tape.gradient(loss, variables), stats
 

@@ -19,7 +19,6 @@ from tf_transformer.console import UserError
 from tf_transformer.evaluator import Evaluator
 from tf_transformer.model import Transformer
 from tf_transformer.optimizer import make_optimizer
-from tf_transformer.runtime import worker_info
 from tf_transformer.train_step import all_finite, make_train_step
 
 _LOG_EVERY = 50  # steps between progress-bar/TensorBoard updates of the training statistics
@@ -271,10 +270,15 @@ def create_model(model_config, train_config, strategy):
   """The Transformer and its optimizer, built in the strategy's scope with every variable
   created (so a checkpoint can be restored before the first step).
 
+  Args:
+    train_config: its mixed_precision resolved (`runtime.resolve_precision`), not "auto".
+
   Returns:
     (Transformer, keras optimizer).
   """
-  precision = runtime.resolve_precision(train_config, strategy).mixed_precision
+  precision = train_config.mixed_precision
+  if precision == "auto":
+    raise ValueError("create_model needs a resolved precision: see runtime.resolve_precision")
   policy = None if precision == "float32" else precision
   with strategy.scope():
     model = Transformer(**dataclasses.asdict(model_config), dtype=policy)
@@ -293,7 +297,7 @@ def create_trainer(data, model_config, train_config, decode_config,
     decode_config: the search of the dev/test translations (beam size: --eval_beam_size).
   """
   c = train_config = runtime.resolve_precision(train_config, strategy)
-  num_workers, worker_index, is_chief = worker_info(strategy)
+  num_workers, worker_index, is_chief = runtime.worker_info(strategy)
   # only the chief writes into model_dir; other workers save into a folder thrown away
   write_dir = c.model_dir if is_chief else tempfile.mkdtemp(prefix="worker_")
   if is_chief:

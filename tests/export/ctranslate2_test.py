@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.token_ids import EOS_ID
+from data_pipeline.token_ids import BOS_ID, EOS_ID
 from tests import testutil
 
 MULTI30K = testutil.SHARED_DATA / "multi30k"
@@ -67,7 +67,12 @@ def exported(request, corpus, tmp_path_factory):
 
 
 def _ours(model_dir, sources, beam_size):
-  """Our decoding: (pieces of each source, ids of each best output without EOS)."""
+  """Our decoding: (pieces of each source, ids of each best output without EOS).
+
+  beam_size 0: the argmax path of the model's cached decoder, token by token, which is what
+  CTranslate2's greedy search follows (our beam search with one beam also keeps the best
+  hypothesis that ended on the way, which may be shorter than the argmax path).
+  """
   from tf_transformer import decoding
   from tf_transformer.model_dir import load_for_inference
 
@@ -75,11 +80,27 @@ def _ours(model_dir, sources, beam_size):
   search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
                                                    extra_decode_length=EXTRA)[0][:, 0],
                        input_signature=[tf.TensorSpec([1, None], tf.int32)])
+  step = tf.function(model.decode_step)
+  forbidden = decoding.never_generated_bias(model.target_vocab_size)
+
+  def argmax_path(ids):
+    memory, bias = model.encode(ids, training=False)
+    cache = model.init_decode_cache(memory, ids.shape[1] + EXTRA)
+    token, output = tf.constant([BOS_ID]), []
+    for i in range(ids.shape[1] + EXTRA):
+      logits, cache = step(token, tf.constant(i), bias, cache, forbidden)
+      token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+      output.append(int(token[0]))
+      if output[-1] == EOS_ID:
+        break
+    return output
+
   pieces, outputs = [], []
   for text in sources:
     ids = vocabulary.source.tokenize(tf.constant([text])).to_list()[0]
     pieces.append([p.decode() for p in vocabulary.source.id_to_string(ids).numpy()])
-    best = list(search(tf.constant([ids + [EOS_ID]])).numpy()[0])
+    source = tf.constant([ids + [EOS_ID]])
+    best = argmax_path(source) if beam_size == 0 else list(search(source).numpy()[0])
     outputs.append(best[:best.index(EOS_ID)] if EOS_ID in best else best)
   return pieces, outputs
 
@@ -104,22 +125,43 @@ def _theirs(ct2_dir, pieces, beam_size):
 
 def test_greedy_outputs_are_the_same_token_ids(exported):
   folder, sources = exported
-  pieces, ours = _ours(folder / "model", sources, beam_size=1)
+  pieces, ours = _ours(folder / "model", sources, beam_size=0)
   theirs = _theirs(folder / "ct2", pieces, beam_size=1)
   assert sum(len(ids) > 3 for ids in ours) > SENTENCES // 2  # real outputs, not just EOS
   different = [(i, o, t) for i, (o, t) in enumerate(zip(ours, theirs)) if o != t]
   assert not different, different[:3]
 
 
-def test_beam_outputs_agree_on_nearly_every_sentence(exported):
-  """CTranslate2 divides scores by length^alpha, we by ((5 + length) / 6)^alpha (GNMT), so a
-  few sentences may end with another hypothesis."""
+def _gnmt_scores(model_dir, sources, outputs):
+  """Our model's GNMT-normalized score (alpha 0.6) of each output (ids without EOS)."""
+  from tf_transformer import decoding
+  from tf_transformer.model_dir import load_for_inference
+
+  model, vocabulary, _ = load_for_inference(str(model_dir), "en", "de")
+  scores = []
+  for text, output in zip(sources, outputs):
+    source = vocabulary.source.tokenize(tf.constant([text])).to_list()[0] + [EOS_ID]
+    scores.append(float(decoding.score(model, tf.constant([source]),
+                                       tf.constant([list(output) + [EOS_ID]]), alpha=0.6)[0]))
+  return scores
+
+
+def test_beam_outputs_agree_but_where_the_length_penalties_differ(exported):
+  """CTranslate2 divides scores by length^alpha, we by ((5 + length) / 6)^alpha (GNMT), so some
+  sentences end with another hypothesis (how many depends on the model: 0-6 of these 100);
+  where they do, ours must score at least as well as theirs under our own criterion."""
   folder, sources = exported
   pieces, ours = _ours(folder / "model", sources, beam_size=4)
   theirs = _theirs(folder / "ct2", pieces, beam_size=4)
   agree = np.mean([o == t for o, t in zip(ours, theirs)])
   print(f"beam 4 agreement {agree:.2f}; mean output length {np.mean([len(o) for o in ours]):.1f}")
-  assert agree >= 0.95, agree
+  assert agree >= 0.8, agree
+  differ = [i for i, (o, t) in enumerate(zip(ours, theirs)) if o != t]
+  pick = lambda outputs: [outputs[i] for i in differ]  # noqa: E731
+  ours_scores = _gnmt_scores(folder / "model", pick(sources), pick(ours))
+  theirs_scores = _gnmt_scores(folder / "model", pick(sources), pick(theirs))
+  worse = [(i, o, t) for i, o, t in zip(differ, ours_scores, theirs_scores) if o < t - 1e-4]
+  assert not worse, worse
 
 
 def test_the_folder_holds_the_subword_models(exported):

@@ -69,6 +69,16 @@ def test_every_differing_field_is_named(tmp_path):
     model_dir_lib.check_data(str(tmp_path), swapped)
 
 
+def test_a_config_of_an_earlier_release_still_loads_and_resumes(tmp_path):
+  """config.json written when --skip_padding was --padding_aware_ffn."""
+  old = {("padding_aware_ffn" if key == "skip_padding" else key): value
+         for key, value in dataclasses.asdict(MODEL).items()}
+  (tmp_path / "config.json").write_text(json.dumps(old))
+  assert model_dir_lib.read_config(str(tmp_path)) == MODEL
+  model_dir_lib.check_config(str(tmp_path), MODEL)  # a rerun with the same flags goes on
+  assert json.loads((tmp_path / "config.json").read_text()) == dataclasses.asdict(MODEL)
+
+
 @pytest.mark.parametrize("content", ["{", "[1, 2]", '{"d_model": 32, "colour": "red"}'])
 def test_corrupt_or_foreign_config_is_one_line_error(tmp_path, content):
   (tmp_path / "config.json").write_text(content)

@@ -180,16 +180,32 @@ def test_cached_decoding_under_tf_function(model):
     np.testing.assert_allclose(logits.numpy()[0], full[0, i], rtol=0, atol=1e-5)
 
 
-def test_padding_aware_ffn_does_not_change_logits():
-  aware = _model("pre", seed=2, padding_aware_ffn=True)
-  plain = _model("pre", seed=3, padding_aware_ffn=False)
-  plain.set_weights(aware.get_weights())
+def test_skipping_padding_changes_neither_logits_nor_gradients():
+  """Real-token rows (the default) against every padded position computed: the same logits at
+  real positions, and the same loss and gradients (a float32 tolerance)."""
+  skip = _model("pre", seed=2, skip_padding=True)
+  dense = _model("pre", seed=3, skip_padding=False)
+  dense.set_weights(skip.get_weights())
   rng, source, target = _batch(7, 5, 4, 0, 2)
   target[1, 2:] = 0
-  a = _logits(aware, source, target)
-  p = _logits(plain, source, target)
+  a = _logits(skip, source, target)
+  p = _logits(dense, source, target)
   np.testing.assert_allclose(a[0], p[0], atol=1e-5)
   np.testing.assert_allclose(a[1, :2], p[1, :2], atol=1e-5)
+  labels = np.concatenate([target[:, 1:], np.full((2, 1), 2, np.int32)], axis=1)
+  labels[target == 0] = 0
+  batch = tuple(tf.constant(t) for t in (source, target, labels))
+  results = []
+  for model in (skip, dense):
+    with tf.GradientTape() as tape:
+      stats = losses.batch_statistics(model, batch, 0.1, training=False)
+    results.append((stats, tape.gradient(stats["loss"], model.trainable_variables)))
+  (skip_stats, skip_gradients), (dense_stats, dense_gradients) = results
+  assert float(skip_stats["tokens"]) == float(dense_stats["tokens"]) == 6.0
+  np.testing.assert_allclose(float(skip_stats["loss"]), float(dense_stats["loss"]), rtol=1e-6)
+  for got, expected in zip(skip_gradients, dense_gradients):
+    np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
+                               tf.convert_to_tensor(expected).numpy(), atol=1e-5)
 
 
 def test_dropout_only_in_training():
@@ -249,4 +265,5 @@ def test_cross_attention_weights_match_a_float64_reference():
   query = y @ f64(layer.cross_attention.q_kernel)
   keys = f64(memory[0]) @ f64(layer.cross_attention.kv_kernel)[:, :d]
   expected = testutil.softmax(np.where(source[0] == 0, -1e9, query @ keys.T / d**0.5))
-  np.testing.assert_allclose(weights[0], expected, atol=1e-5)
+  real = target_input[0] != 0  # the rows of padded positions are filler
+  np.testing.assert_allclose(weights[0][real], expected[real], atol=1e-5)

@@ -141,7 +141,7 @@ def test_xla_compiles_exactly_once_per_bucket(tmp_path):
   dump = tmp_path / "xla_dump"  # XLA writes every module it compiles there
   result = testutil.run_cli(
       "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=80",
-                                          "--jit_compile", "--nopadding_aware_ffn",
+                                          "--jit_compile", "--noskip_padding",
                                           "--eval_every=1000", "--save_every=1000"),
       env=dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}"))
   assert result.returncode == 0, result.stderr
@@ -152,12 +152,12 @@ def test_xla_compiles_exactly_once_per_bucket(tmp_path):
   assert len(compilations) == buckets, sorted(path.name for path in compilations)
 
 
-def test_jit_compile_needs_the_plain_ffn(tmp_path):
+def test_jit_compile_needs_padded_rows(tmp_path):
   write_corpus(tmp_path)
   result = train(tmp_path, tmp_path / "model", "--jit_compile")
   testutil.assert_one_line_error(
-      result, "error: --jit_compile and --distribution=tpu need --nopadding_aware_ffn (its "
-      "gather of the real tokens has a data-dependent shape that XLA cannot compile)")
+      result, "error: --jit_compile and --distribution=tpu need --noskip_padding (the rows of "
+      "the real tokens have a data-dependent shape that XLA cannot compile)")
 
 
 def test_tiny_preset_trains_in_bfloat16(tmp_path):

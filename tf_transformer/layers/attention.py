@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.layers.dropout import Dropout
+from tf_transformer.layers.token_layout import TokenLayout
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -41,11 +42,21 @@ class MultiHeadAttention(keras.layers.Layer):
     self.output_kernel = self.add_weight(name="output_kernel", shape=(d_model, d_model),
                                          initializer=init)
 
-  def _project(self, x, kernel, parts):
-    """[B, T, d_model] @ [d_model, parts * d_model] -> `parts` tensors [B, H, T, D]."""
-    batch, length = tf.shape(x)[0], tf.shape(x)[1]
-    y = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(kernel, self.compute_dtype))
-    y = tf.reshape(y, [batch, length, parts, self.num_heads, self.d_model // self.num_heads])
+  def _query_scaled(self, kernel):
+    """`kernel` (qkv_kernel or q_kernel) in the compute dtype with its query columns times
+    D**-0.5, the scale of the dot products: d_model x columns multiplications instead of one
+    per query element and position (and as many again in the backward pass)."""
+    scale = (self.d_model // self.num_heads)**-0.5
+    if self.self_attention:
+      scale = tf.concat([tf.fill([self.d_model], scale), tf.ones([2 * self.d_model])], axis=0)
+    return tf.cast(tf.cast(kernel, tf.float32) * scale, self.compute_dtype)
+
+  def _project(self, rows, layout, kernel, parts):
+    """rows [R, d_model] of `layout` @ [d_model, parts * d_model] -> `parts` tensors
+    [B, H, T, D]."""
+    y = layout.to_padded(tf.matmul(rows, tf.cast(kernel, self.compute_dtype)))
+    y = tf.reshape(y, [layout.batch, layout.length, parts, self.num_heads,
+                       self.d_model // self.num_heads])
     y = tf.transpose(y, [2, 0, 3, 1, 4])  # -> [parts, B, H, T, D]
     return tf.unstack(y, num=parts, axis=0)
 
@@ -58,47 +69,49 @@ class MultiHeadAttention(keras.layers.Layer):
     Returns:
       dict with "key" and "value", each [B, H, S, D].
     """
-    key, value = self._project(memory, self.kv_kernel, 2)
+    shape = tf.shape(memory)
+    key, value = self._project(tf.reshape(memory, [-1, self.d_model]),
+                               TokenLayout.dense(shape[0], shape[1]), self.kv_kernel, 2)
     return {"key": key, "value": value}
 
   def _attend(self, query, key, value, bias, training):
-    """query [B, H, T, D], key/value [B, H, S, D], bias broadcastable to [B, H, T, S].
+    """query [B, H, T, D] (already scaled by D**-0.5), key/value [B, H, S, D], bias
+    broadcastable to [B, H, T, S].
 
     Returns the context [B, H, T, D] and the attention weights float32 [B, H, T, S].
     """
-    depth = self.d_model // self.num_heads
-    query *= tf.cast(depth**-0.5, query.dtype)
     # softmax in float32: its exp/sum loses too much in float16/bfloat16
     logits = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # -> [B, H, T, S]
     weights = tf.nn.softmax(logits + tf.cast(bias, tf.float32))
     dropped = self._dropout(tf.cast(weights, self.compute_dtype), training=training)
     return tf.matmul(dropped, value), weights
 
-  def _output(self, context):
-    """context [B, H, T, D] -> [B, T, d_model], the heads concatenated and projected."""
-    batch, length = tf.shape(context)[0], tf.shape(context)[2]
+  def _output(self, context, layout):
+    """context [B, H, T, D] -> rows [R, d_model] of `layout`, the heads concatenated and
+    projected."""
     if context.shape[2] != 1:  # with one query position (a decoding step) it is a reshape
       context = tf.transpose(context, [0, 2, 1, 3])
-    context = tf.reshape(context, [-1, self.d_model])
-    output = tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
-    return tf.reshape(output, [batch, length, self.d_model])
+    context = layout.to_rows(tf.reshape(context, [layout.batch, layout.length, self.d_model]))
+    return tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
 
-  def _queries_keys_values(self, query, memory):
-    """Projects query [B, T, d_model] and, for cross-attention, memory [B, S, d_model]:
+  def _queries_keys_values(self, query, layout, memory, memory_layout):
+    """Projects query rows [R, d_model] and, for cross-attention, memory rows [M, d_model]:
     returns query [B, H, T, D] and key/value [B, H, T or S, D]."""
     if self.self_attention:
-      return self._project(query, self.qkv_kernel, 3)
-    key, value = self._project(memory, self.kv_kernel, 2)
-    return self._project(query, self.q_kernel, 1)[0], key, value
+      return self._project(query, layout, self._query_scaled(self.qkv_kernel), 3)
+    key, value = self._project(memory, memory_layout, self.kv_kernel, 2)
+    return self._project(query, layout, self._query_scaled(self.q_kernel), 1)[0], key, value
 
-  def call(self, query, bias, memory=None, cache=None, decode_index=None, training=None):
+  def call(self, query, bias, layout, memory=None, memory_layout=None, cache=None,
+           decode_index=None, training=None):
     """Attends from `query` to itself (self-attention) or to `memory` (cross-attention).
 
     Args:
-      query: [B, T, d_model].
+      query: rows [R, d_model] of `layout` over [B, T] (see TokenLayout).
       bias: float [B or 1, 1, T or 1, S]; added to the attention logits.
-      memory: [B, S, d_model] encoder output; cross-attention only, unless `cache` holds its
-        projected keys and values.
+      layout: the TokenLayout of `query`.
+      memory: rows [M, d_model] of the encoder output, in `memory_layout` over [B, S];
+        cross-attention only, unless `cache` holds its projected keys and values.
       cache: optional dict of decoding state. Self-attention: "key"/"value" buffers
         [B, H, max_length, D] into which the T new keys/values are written at `decode_index`.
         Cross-attention: the output of `project_memory` for B / K sources, where each source
@@ -108,23 +121,23 @@ class MultiHeadAttention(keras.layers.Layer):
       training: enables attention dropout.
 
     Returns:
-      (output [B, T, d_model], cache): the cache with the new keys/values written
+      (output rows [R, d_model], cache): the cache with the new keys/values written
       (self-attention), as given (cross-attention), or None when called without one. The
       attention weights come from `attention_weights`.
     """
     if cache is None:
-      query, key, value = self._queries_keys_values(query, memory)
+      query, key, value = self._queries_keys_values(query, layout, memory, memory_layout)
       context, _ = self._attend(query, key, value, bias, training)
     elif self.self_attention:
-      query, key, value = self._project(query, self.qkv_kernel, 3)
+      query, key, value = self._project(query, layout, self._query_scaled(self.qkv_kernel), 3)
       cache = self._write_cache(cache, key, value, decode_index)
       context, _ = self._attend(query, cache["key"], cache["value"], bias, training)
     else:
-      query = self._project(query, self.q_kernel, 1)[0]
+      query = self._project(query, layout, self._query_scaled(self.q_kernel), 1)[0]
       context = self._attend_shared(query, cache["key"], cache["value"], bias, training)
-    return self._output(context), cache
+    return self._output(context, layout), cache
 
-  def attention_weights(self, query, bias, memory=None):
+  def attention_weights(self, query, bias, layout, memory=None, memory_layout=None):
     """The attention weights of `call` without a cache, in inference (no dropout).
 
     Args: as `call`.
@@ -132,7 +145,7 @@ class MultiHeadAttention(keras.layers.Layer):
     Returns:
       float32 [B, H, T, S]; each row sums to 1 over the keys the bias leaves visible.
     """
-    query, key, value = self._queries_keys_values(query, memory)
+    query, key, value = self._queries_keys_values(query, layout, memory, memory_layout)
     return self._attend(query, key, value, bias, training=False)[1]
 
   def _attend_shared(self, query, key, value, bias, training):

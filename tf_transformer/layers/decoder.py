@@ -26,25 +26,26 @@ class DecoderLayer(TransformerLayer):
       layer.build(inputs_shape)
     self.cross_attention.build(inputs_shape, inputs_shape)
 
-  def _self_attention_sublayer(self, inputs, bias, cache, decode_index, training):
+  def _self_attention_sublayer(self, inputs, bias, layout, cache, decode_index, training):
     """The self-attention sublayer with its residual block: (output, updated cache)."""
     block = self.self_attention_block
-    y, cache = self.self_attention(block.sublayer_input(inputs), bias, cache=cache,
+    y, cache = self.self_attention(block.sublayer_input(inputs), bias, layout=layout, cache=cache,
                                    decode_index=decode_index, training=training)
     return block(inputs, y, training=training), cache
 
-  def call(self, inputs, memory, self_attention_bias, cross_attention_bias, padding_mask=None,
-           cache=None, decode_index=None, training=None):
+  def call(self, inputs, memory, self_attention_bias, cross_attention_bias, layout,
+           memory_layout=None, cache=None, decode_index=None, training=None):
     """Decodes one layer.
 
     Args:
-      inputs: [batch, length, d_model] (length 1 when decoding step by step).
-      memory: [batch, source_length, d_model] encoder output (unused when `cache` holds the
-        projected cross-attention keys/values).
+      inputs: [R, d_model] token rows of `layout` over [batch, length] (length 1 when
+        decoding step by step).
+      memory: [M, d_model] encoder output rows of `memory_layout` over [batch, source_length]
+        (unused when `cache` holds the projected cross-attention keys/values).
       self_attention_bias: float32 [batch or 1, 1, length, length], or
         [batch or 1, 1, 1, max_length] with a cache.
       cross_attention_bias: float32 [sources, 1, 1, source_length].
-      padding_mask: bool [batch, length], True at real tokens (for the padding-aware FFN).
+      layout, memory_layout: TokenLayouts.
       cache: dict {"self": {"key", "value"} [batch, heads, max_length, depth],
         "cross": {"key", "value"} [sources, heads, source_length, depth]}, where each source
         serves batch / sources consecutive rows (the hypotheses of a beam).
@@ -52,28 +53,31 @@ class DecoderLayer(TransformerLayer):
       training: enables dropout.
 
     Returns:
-      (output [batch, length, d_model], the updated "self" cache or None without a cache).
+      (output [R, d_model], the updated "self" cache or None without a cache).
     """
     self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
-    x, self_cache = self._self_attention_sublayer(inputs, self_attention_bias, self_cache,
-                                                  decode_index, training)
+    x, self_cache = self._self_attention_sublayer(inputs, self_attention_bias, layout,
+                                                  self_cache, decode_index, training)
     block = self.cross_attention_block
-    y, _ = self.cross_attention(block.sublayer_input(x), cross_attention_bias, memory=memory,
-                                cache=cross_cache, training=training)
+    y, _ = self.cross_attention(block.sublayer_input(x), cross_attention_bias, layout=layout,
+                                memory=memory, memory_layout=memory_layout, cache=cross_cache,
+                                training=training)
     x = block(x, y, training=training)
-    y = self.ffn(self.ffn_block.sublayer_input(x), padding_mask, training=training)
+    y = self.ffn(self.ffn_block.sublayer_input(x), training=training)
     return self.ffn_block(x, y, training=training), self_cache
 
   def cross_attention_weights(self, inputs, memory, self_attention_bias,
-                              cross_attention_bias):
+                              cross_attention_bias, layout, memory_layout):
     """The cross-attention weights of `call` without a cache, in inference.
 
     Returns:
       float32 [batch, heads, length, source_length].
     """
-    x, _ = self._self_attention_sublayer(inputs, self_attention_bias, None, None, False)
+    x, _ = self._self_attention_sublayer(inputs, self_attention_bias, layout, None, None,
+                                         False)
     return self.cross_attention.attention_weights(
-        self.cross_attention_block.sublayer_input(x), cross_attention_bias, memory)
+        self.cross_attention_block.sublayer_input(x), cross_attention_bias, layout, memory,
+        memory_layout)
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -101,32 +105,33 @@ class Decoder(LayerStack):
       cross_caches.append(layer.cross_attention.project_memory(memory))
     return {"self": self_caches, "cross": cross_caches}
 
-  def call(self, inputs, memory, self_attention_bias, cross_attention_bias, padding_mask=None,
-           cache=None, decode_index=None, training=None):
-    """inputs [batch, length, d_model] embedded targets -> (output, cache).
+  def call(self, inputs, memory, self_attention_bias, cross_attention_bias, layout,
+           memory_layout=None, cache=None, decode_index=None, training=None):
+    """inputs [R, d_model] embedded target rows of `layout` -> (output, cache).
 
     See DecoderLayer.call for the arguments. `cache` is the dict from `init_cache` (its "self"
     part may have K times the rows of its "cross" part).
 
     Returns:
-      (output [batch, length, d_model], the updated cache, or None without a cache).
+      (output [R, d_model], the updated cache, or None without a cache).
     """
     x = inputs
     if cache is None:
       for layer in self.stack:
-        x, _ = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
-                     training=training)
+        x, _ = layer(x, memory, self_attention_bias, cross_attention_bias, layout=layout,
+                     memory_layout=memory_layout, training=training)
       return self.final_norm(x), None
     self_caches = []
     for layer, self_cache, cross_cache in zip(self.stack, cache["self"], cache["cross"]):
-      x, self_cache = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask,
+      x, self_cache = layer(x, memory, self_attention_bias, cross_attention_bias, layout=layout,
+                            memory_layout=memory_layout,
                             cache={"self": self_cache, "cross": cross_cache},
                             decode_index=decode_index, training=training)
       self_caches.append(self_cache)
     return self.final_norm(x), {"self": self_caches, "cross": cache["cross"]}
 
   def cross_attention_weights(self, inputs, memory, self_attention_bias, cross_attention_bias,
-                              padding_mask=None):
+                              layout, memory_layout):
     """The last layer's cross-attention weights in inference, averaged over heads.
 
     Args: as `call` without a cache.
@@ -136,7 +141,9 @@ class Decoder(LayerStack):
     """
     x = inputs
     for layer in self.stack[:-1]:
-      x, _ = layer(x, memory, self_attention_bias, cross_attention_bias, padding_mask)
+      x, _ = layer(x, memory, self_attention_bias, cross_attention_bias, layout=layout,
+                   memory_layout=memory_layout)
     weights = self.stack[-1].cross_attention_weights(x, memory, self_attention_bias,
-                                                     cross_attention_bias)
+                                                     cross_attention_bias, layout,
+                                                     memory_layout)
     return tf.reduce_mean(weights, axis=1)

@@ -67,7 +67,7 @@ class SharedEmbedding(keras.layers.Layer):
     return self.embed(ids, tf.range(tf.shape(ids)[1]))
 
   def embed(self, ids, positions):
-    """Embeds `ids` [batch, length] at `positions` [length] -> [batch, length, d_model]."""
+    """Embeds `ids` int [...] at `positions` (broadcastable to ids) -> [..., d_model]."""
     x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
     x = x * tf.cast(self.d_model**0.5, self.compute_dtype)
     x += positional_encoding(positions, self.d_model, self.compute_dtype)

@@ -21,21 +21,21 @@ class EncoderLayer(TransformerLayer):
     for layer in (self.self_attention, self.attention_block, self.ffn, self.ffn_block):
       layer.build(inputs_shape)
 
-  def call(self, inputs, bias, padding_mask, training=None):
+  def call(self, inputs, bias, layout, training=None):
     """Encodes one layer.
 
     Args:
-      inputs: [batch, length, d_model].
+      inputs: [R, d_model] token rows of `layout` over [batch, length].
       bias: float32 [batch, 1, 1, length], the source padding bias.
-      padding_mask: bool [batch, length], True at real tokens.
+      layout: a TokenLayout.
 
     Returns:
-      [batch, length, d_model].
+      [R, d_model].
     """
     y, _ = self.self_attention(self.attention_block.sublayer_input(inputs), bias,
-                               training=training)
+                               layout=layout, training=training)
     x = self.attention_block(inputs, y, training=training)
-    y = self.ffn(self.ffn_block.sublayer_input(x), padding_mask, training=training)
+    y = self.ffn(self.ffn_block.sublayer_input(x), training=training)
     return self.ffn_block(x, y, training=training)
 
 
@@ -45,10 +45,10 @@ class Encoder(LayerStack):
 
   layer_class = EncoderLayer
 
-  def call(self, inputs, bias, padding_mask, training=None):
-    """inputs: [batch, length, d_model] embedded source; bias [batch, 1, 1, length];
-    padding_mask: bool [batch, length]. Returns [batch, length, d_model]."""
+  def call(self, inputs, bias, layout, training=None):
+    """inputs: [R, d_model] embedded source rows of `layout` (a TokenLayout over
+    [batch, length]); bias [batch, 1, 1, length]. Returns [R, d_model]."""
     x = inputs
     for layer in self.stack:
-      x = layer(x, bias, padding_mask, training=training)
+      x = layer(x, bias, layout=layout, training=training)
     return self.final_norm(x)

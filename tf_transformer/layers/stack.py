@@ -7,7 +7,7 @@ from tf_transformer.layers.feed_forward import FeedForward
 from tf_transformer.layers.residual import FinalNorm, ResidualNorm
 
 _LAYER_ARGS = ("num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
-               "relu_dropout_rate", "norm_position", "padding_aware_ffn")
+               "relu_dropout_rate", "norm_position")
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -20,12 +20,11 @@ class TransformerLayer(keras.layers.Layer):
     attention_dropout_rate: dropout on attention weights.
     relu_dropout_rate: dropout after the feed-forward ReLU.
     norm_position: "post" (the paper) or "pre".
-    padding_aware_ffn: skip padded positions in the feed-forward sublayer.
   """
 
   def __init__(self, num_heads: int, d_ff: int, dropout_rate: float = 0.1,
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
-               norm_position: str = "post", padding_aware_ffn: bool = True, **kwargs):
+               norm_position: str = "post", **kwargs):
     super().__init__(**kwargs)
     self.num_heads = num_heads
     self.d_ff = d_ff
@@ -33,7 +32,6 @@ class TransformerLayer(keras.layers.Layer):
     self.attention_dropout_rate = attention_dropout_rate
     self.relu_dropout_rate = relu_dropout_rate
     self.norm_position = norm_position
-    self.padding_aware_ffn = padding_aware_ffn
 
   def _attention(self, name: str, self_attention: bool) -> MultiHeadAttention:
     return MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self_attention,
@@ -44,8 +42,7 @@ class TransformerLayer(keras.layers.Layer):
     return ResidualNorm(self.dropout_rate, self.norm_position, name=name, dtype=self.dtype_policy)
 
   def _feed_forward(self) -> FeedForward:
-    return FeedForward(self.d_ff, self.relu_dropout_rate, self.padding_aware_ffn, name="ffn",
-                       dtype=self.dtype_policy)
+    return FeedForward(self.d_ff, self.relu_dropout_rate, name="ffn", dtype=self.dtype_policy)
 
   def compute_output_shape(self, inputs_shape, *args, **kwargs):
     return inputs_shape

@@ -8,8 +8,28 @@ import tensorflow as tf
 from tests import testutil
 from tf_transformer.layers import attention_bias
 from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.token_layout import TokenLayout
 
 D_MODEL = 16
+
+
+def _rows(x, mask=None):
+  """x [B, T, d] -> (rows, TokenLayout): the real positions' rows when `mask` (bool [B, T]) is
+  given, every position's otherwise."""
+  x = tf.constant(x, tf.float32)
+  if mask is None:
+    return tf.reshape(x, [-1, D_MODEL]), TokenLayout.dense(x.shape[0], x.shape[1])
+  return tf.boolean_mask(x, mask), TokenLayout(tf.constant(mask))
+
+
+def _attend(layer, x, bias, mask=None, memory=None, memory_mask=None, **kwargs):
+  """`layer` over query x [B, T, d] (and memory [B, S, d]) -> (output numpy [B, T, d], zeros
+  at the positions `mask` leaves out; the returned cache)."""
+  rows, layout = _rows(x, mask)
+  if memory is not None:
+    kwargs["memory"], kwargs["memory_layout"] = _rows(memory, memory_mask)
+  out, cache = layer(rows, bias, layout=layout, **kwargs)
+  return layout.to_padded(out).numpy() * (1 if mask is None else mask[..., None]), cache
 
 
 def _split_heads(x, num_heads):
@@ -51,19 +71,21 @@ def _self_weights(layer):
       np.float64)
 
 
+@pytest.mark.parametrize("real_rows_only", [False, True])
 @pytest.mark.parametrize("num_heads", [2, 4])
-def test_self_attention_matches_numpy_reference(num_heads):
+def test_self_attention_matches_numpy_reference(num_heads, real_rows_only):
   layer = _self_layer(num_heads)
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2, 5, D_MODEL)).astype(np.float32)
   ids = tf.constant([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0]], tf.int32)
+  real = ids.numpy() != 0
   bias = attention_bias.padding_bias(ids)
-  out = layer(tf.constant(x), bias, training=False)[0].numpy()
+  out, _ = _attend(layer, x, bias, real if real_rows_only else None, training=False)
   q_w, k_w, v_w, o_w = _self_weights(layer)
   ref = _reference(x.astype(np.float64), x.astype(np.float64), q_w, k_w, v_w, o_w,
                    bias.numpy().astype(np.float64), num_heads)
   assert out.shape == (2, 5, D_MODEL)
-  np.testing.assert_allclose(out, ref, atol=1e-5)
+  np.testing.assert_allclose(out[real], ref[real], atol=1e-5)
 
 
 def test_self_attention_with_causal_bias_matches_reference():
@@ -71,7 +93,7 @@ def test_self_attention_with_causal_bias_matches_reference():
   layer = _self_layer(num_heads, seed=3)
   x = np.random.default_rng(3).normal(size=(1, 4, D_MODEL)).astype(np.float32)
   bias = attention_bias.causal_bias(4)
-  out = layer(tf.constant(x), bias, training=False)[0].numpy()
+  out, _ = _attend(layer, x, bias, training=False)
   ref = _reference(x.astype(np.float64), x.astype(np.float64), *_self_weights(layer),
                    bias.numpy().astype(np.float64), num_heads)
   np.testing.assert_allclose(out, ref, atol=1e-5)
@@ -89,21 +111,23 @@ def test_masked_keys_do_not_affect_output():
   changed = x.copy()
   changed[0, 3:] = rng.normal(size=(3, D_MODEL)) * 10.0
   changed[1, 4:] = rng.normal(size=(2, D_MODEL)) * 10.0
-  out = layer(tf.constant(x), bias, training=False)[0].numpy()
-  out_changed = layer(tf.constant(changed), bias, training=False)[0].numpy()
+  out, _ = _attend(layer, x, bias, training=False)
+  out_changed, _ = _attend(layer, changed, bias, training=False)
   real = ids.numpy() != 0
   np.testing.assert_allclose(out_changed[real], out[real], atol=1e-6)
 
 
+@pytest.mark.parametrize("real_rows_only", [False, True])
 @pytest.mark.parametrize("num_heads", [2, 4])
-def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads):
+def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads, real_rows_only):
   layer = _cross_layer(num_heads, seed=5)
   rng = np.random.default_rng(5)
   query = rng.normal(size=(2, 3, D_MODEL)).astype(np.float32)
   memory = rng.normal(size=(2, 5, D_MODEL)).astype(np.float32)
   source_ids = tf.constant([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]], tf.int32)
+  memory_mask = source_ids.numpy() != 0 if real_rows_only else None
   bias = attention_bias.padding_bias(source_ids)
-  out = layer(tf.constant(query), bias, memory=tf.constant(memory), training=False)[0].numpy()
+  out, _ = _attend(layer, query, bias, memory=memory, memory_mask=memory_mask, training=False)
   kv = layer.kv_kernel.numpy().astype(np.float64)
   ref = _reference(query.astype(np.float64), memory.astype(np.float64),
                    layer.q_kernel.numpy().astype(np.float64), kv[:, :D_MODEL],
@@ -114,13 +138,13 @@ def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads):
 
   changed = memory.copy()
   changed[0, 3:] = 100.0
-  out_changed = layer(tf.constant(query), bias, memory=tf.constant(changed),
-                      training=False)[0].numpy()
+  out_changed, _ = _attend(layer, query, bias, memory=changed, memory_mask=memory_mask,
+                           training=False)
   np.testing.assert_allclose(out_changed, out, atol=1e-6)
 
   # projected memory used as a cache gives the same result
-  cached = layer(tf.constant(query), bias, cache=layer.project_memory(tf.constant(memory)),
-                 training=False)[0].numpy()
+  cached, _ = _attend(layer, query, bias, cache=layer.project_memory(tf.constant(memory)),
+                      training=False)
   np.testing.assert_allclose(cached, out, atol=1e-6)
 
 
@@ -130,8 +154,9 @@ def test_attention_weights_match_reference():
   query = rng.normal(size=(2, 3, D_MODEL))
   memory = rng.normal(size=(2, 4, D_MODEL))
   bias = attention_bias.padding_bias(tf.constant([[1, 2, 0, 0], [3, 4, 5, 6]])).numpy()
-  weights = layer.attention_weights(tf.constant(query, tf.float32), bias,
-                                    tf.constant(memory, tf.float32))
+  query_rows, layout = _rows(query)
+  memory_rows, memory_layout = _rows(memory)
+  weights = layer.attention_weights(query_rows, bias, layout, memory_rows, memory_layout)
   kv = layer.kv_kernel.numpy().astype(np.float64)
   q = _split_heads(query @ layer.q_kernel.numpy().astype(np.float64), 2)
   k = _split_heads(memory @ kv[:, :D_MODEL], 2)
@@ -149,27 +174,28 @@ def test_beam_queries_share_one_copy_of_the_memory():
   memory = tf.constant(rng.normal(size=(2, 5, D_MODEL)), tf.float32)
   query = tf.constant(rng.normal(size=(2 * beams, 1, D_MODEL)), tf.float32)
   bias = attention_bias.padding_bias(tf.constant([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]))
-  shared, cache = layer(query, bias, cache=layer.project_memory(memory), training=False)
+  shared, cache = _attend(layer, query, bias, cache=layer.project_memory(memory),
+                         training=False)
   tiled = tf.repeat(memory, beams, axis=0)
-  expected, no_cache = layer(query, tf.repeat(bias, beams, axis=0), memory=tiled,
-                             training=False)
-  np.testing.assert_allclose(shared.numpy(), expected.numpy(), atol=1e-6)
+  expected, no_cache = _attend(layer, query, tf.repeat(bias, beams, axis=0), memory=tiled,
+                               training=False)
+  np.testing.assert_allclose(shared, expected, atol=1e-6)
   assert cache["key"].shape[0] == 2 and no_cache is None  # the cross cache is returned as is
 
 
 def test_self_attention_cache_writes_at_decode_index():
   layer = _self_layer(2, seed=7)
   x = np.random.default_rng(7).normal(size=(1, 3, D_MODEL)).astype(np.float32)
-  full = layer(tf.constant(x), attention_bias.causal_bias(3), training=False)[0].numpy()
+  full, _ = _attend(layer, x, attention_bias.causal_bias(3), training=False)
   max_length = 5
   zeros = tf.zeros([1, 2, max_length, D_MODEL // 2])
   cache = {"key": zeros, "value": zeros}
   neg = attention_bias.large_negative(tf.float32)
   for i in range(3):
     step_bias = np.where(np.arange(max_length) > i, neg, 0.0).astype(np.float32)
-    out, cache = layer(tf.constant(x[:, i:i + 1]), tf.constant(step_bias[None, None, None]),
-                       cache=cache, decode_index=tf.constant(i), training=False)
-    np.testing.assert_allclose(out.numpy()[0, 0], full[0, i], atol=1e-5)
+    out, cache = _attend(layer, x[:, i:i + 1], tf.constant(step_bias[None, None, None]),
+                         cache=cache, decode_index=tf.constant(i), training=False)
+    np.testing.assert_allclose(out[0, 0], full[0, i], atol=1e-5)
   # slots after the last written position stay zero
   np.testing.assert_array_equal(cache["key"].numpy()[:, :, 3:], 0.0)
 
@@ -183,9 +209,9 @@ def test_attention_config_round_trip():
   clone = MultiHeadAttention.from_config(config)
   clone.build((None, None, D_MODEL))
   clone.set_weights(layer.get_weights())
-  x = tf.random.stateless_normal([1, 3, D_MODEL], seed=[1, 2])
+  x = tf.random.stateless_normal([1, 3, D_MODEL], seed=[1, 2]).numpy()
   bias = tf.zeros([1, 1, 1, 3])
-  np.testing.assert_array_equal(clone(x, bias, training=False)[0].numpy(),
-                                layer(x, bias, training=False)[0].numpy())
+  np.testing.assert_array_equal(_attend(clone, x, bias, training=False)[0],
+                                _attend(layer, x, bias, training=False)[0])
   cross = MultiHeadAttention.from_config(_cross_layer(2).get_config())
   assert cross.self_attention is False and cross.num_heads == 2
