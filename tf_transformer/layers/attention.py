@@ -45,11 +45,17 @@ class MultiHeadAttention(keras.layers.Layer):
   def _query_scaled(self, kernel):
     """`kernel` (qkv_kernel or q_kernel) in the compute dtype with its query columns times
     D**-0.5, the scale of the dot products: d_model x columns multiplications instead of one
-    per query element and position (and as many again in the backward pass)."""
+    per query element and position (and as many again in the backward pass). A cached
+    decoding step has one query position a row, fewer than the kernel's entries: it scales
+    the query instead (`_scaled_query`)."""
     scale = (self.d_model // self.num_heads)**-0.5
     if self.self_attention:
       scale = tf.concat([tf.fill([self.d_model], scale), tf.ones([2 * self.d_model])], axis=0)
     return tf.cast(tf.cast(kernel, tf.float32) * scale, self.compute_dtype)
+
+  def _scaled_query(self, query):
+    """query [B, H, T, D] times D**-0.5."""
+    return query * tf.cast((self.d_model // self.num_heads)**-0.5, query.dtype)
 
   def _project(self, rows, layout, kernel, parts):
     """rows [R, d_model] of `layout` @ [d_model, parts * d_model] -> `parts` tensors
@@ -129,11 +135,12 @@ class MultiHeadAttention(keras.layers.Layer):
       query, key, value = self._queries_keys_values(query, layout, memory, memory_layout)
       context, _ = self._attend(query, key, value, bias, training)
     elif self.self_attention:
-      query, key, value = self._project(query, layout, self._query_scaled(self.qkv_kernel), 3)
+      query, key, value = self._project(query, layout, self.qkv_kernel, 3)
       cache = self._write_cache(cache, key, value, decode_index)
-      context, _ = self._attend(query, cache["key"], cache["value"], bias, training)
+      context, _ = self._attend(self._scaled_query(query), cache["key"], cache["value"], bias,
+                                training)
     else:
-      query = self._project(query, layout, self._query_scaled(self.q_kernel), 1)[0]
+      query = self._scaled_query(self._project(query, layout, self.q_kernel, 1)[0])
       context = self._attend_shared(query, cache["key"], cache["value"], bias, training)
     return self._output(context, layout), cache
 
