@@ -8,15 +8,13 @@ ratio, then one JSON line.
 """
 
 import argparse
-import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
+import layer_race  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tf_transformer.layers.dropout import Dropout  # noqa: E402
@@ -28,7 +26,7 @@ def forward_backward(layer):
     with tf.GradientTape() as tape:
       tape.watch(x)
       y = layer(x, training=True)
-    return tape.gradient(y, x)
+    return [tape.gradient(y, x)]
   return run
 
 
@@ -42,19 +40,7 @@ def main():
   x = tf.random.normal([args.rows, args.cols])
   runs = {"keras": forward_backward(keras.layers.Dropout(0.1, seed=1)),
           "tf_transformer": forward_backward(Dropout(0.1, seed=1))}
-  times = {name: [] for name in runs}
-  for run in runs.values():
-    run(x).numpy()  # trace and warm up
-  for _ in range(args.repeats):
-    for name, run in runs.items():
-      start = time.perf_counter()
-      run(x).numpy()
-      times[name].append(1000 * (time.perf_counter() - start))
-  medians = {name: statistics.median(values) for name, values in times.items()}
-  for name, value in medians.items():
-    print(f"{name:>15}: {value:.2f} ms (forward + backward, median of {args.repeats})")
-  print(f"keras / ours: {medians['keras'] / medians['tf_transformer']:.2f}x")
-  print(json.dumps({"shape": [args.rows, args.cols], "median_ms": medians}))
+  layer_race.race(runs, (x,), args.repeats, [args.rows, args.cols])
 
 
 if __name__ == "__main__":

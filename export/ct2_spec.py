@@ -25,7 +25,7 @@ from tf_transformer.layers.embedding import positional_encoding
 
 # position encodings written into the model: longer inputs or outputs cannot be decoded
 MAX_POSITIONS = 1024
-_LAYER_NORM_EPSILON = 1e-6  # keras LayerNormalization(epsilon=1e-6) in layers/residual.py
+_LAYER_NORM_EPSILON = 1e-6  # LayerNorm(epsilon=1e-6) in layers/residual.py
 
 
 def _linear(spec, kernel, bias=None):

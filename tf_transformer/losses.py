@@ -1,18 +1,50 @@
 """Label-smoothed cross entropy over real target tokens, and the token statistics of a batch."""
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from data_pipeline.token_ids import PAD_ID
 
 
-def _loss_terms(logits, label_positions, label_smoothing: float):
-  """log Z, the smoothed loss and the nll of each row of float32 logits [N, V]; label_positions
-  int [N, 2] holds (row, label). Returns three float32 [N]."""
-  log_normalizer = tf.reduce_logsumexp(logits, axis=-1)
-  nll = log_normalizer - tf.gather_nd(logits, label_positions)
+class _LossTerms(NamedTuple):
+  """Per-row terms of float32 logits [N, V] (see `_loss_terms`)."""
+  exp_shifted: tf.Tensor  # [N, V] exp(logits - row max)
+  exp_sum: tf.Tensor  # [N] the row sums of exp_shifted
+  log_normalizer: tf.Tensor  # [N] log Z
+  loss: tf.Tensor  # [N] the label-smoothed loss
+  nll: tf.Tensor  # [N] -log p(label)
+  correct: tf.Tensor  # [N] 1.0 where the label's logit is the row's largest
+
+
+def _loss_terms(logits, label_positions, label_smoothing: float) -> _LossTerms:
+  """The loss terms of each row of float32 logits [N, V]; label_positions int [N, 2] holds
+  (row, label).
+
+  One pass each for the row max, exp(logits - max), its sum and the mean logit: the row max
+  serves log Z, the accuracy (no argmax pass) and the softmax, which is exp_shifted / exp_sum
+  (no second exp pass)."""
+  row_max = tf.reduce_max(logits, axis=-1)
+  exp_shifted = tf.exp(logits - row_max[:, tf.newaxis])
+  exp_sum = tf.reduce_sum(exp_shifted, axis=-1)
+  log_normalizer = row_max + tf.math.log(exp_sum)
+  label_logits = tf.gather_nd(logits, label_positions)
+  nll = log_normalizer - label_logits
   # -mean_v log p_v without materialising log-softmax: log Z - mean_v logits_v
   uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)
-  return log_normalizer, (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
+  return _LossTerms(exp_shifted, exp_sum, log_normalizer,
+                    (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll,
+                    _is_largest(label_logits, row_max))
+
+
+def _label_positions(labels):
+  """labels int [N] -> int [N, 2] of (row, label), to gather each row's label logit."""
+  return tf.stack([tf.range(tf.shape(labels)[0], dtype=labels.dtype), labels], axis=1)
+
+
+def _is_largest(label_logits, row_max):
+  """float32 [N]: 1.0 where the label's logit is its row's largest (the argmax, ties aside)."""
+  return tf.cast(label_logits >= row_max, tf.float32)
 
 
 def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):
@@ -32,12 +64,13 @@ def label_smoothed_cross_entropy(logits, labels, label_smoothing: float):
     nll: float32 [num_tokens], -log p(label): the unsmoothed loss behind perplexity.
   """
   logits = tf.cast(logits, tf.float32)
-  label_positions = tf.stack([tf.range(tf.shape(labels)[0], dtype=labels.dtype), labels],
-                             axis=1)
+  label_positions = _label_positions(labels)
 
   @tf.custom_gradient
   def smoothed_and_nll(logits):
-    log_normalizer, loss, nll = _loss_terms(logits, label_positions, label_smoothing)
+    terms = _loss_terms(logits, label_positions, label_smoothing)
+    # the gradient recomputes the softmax from log Z rather than keep exp_shifted alive
+    log_normalizer, loss, nll = terms.log_normalizer, terms.loss, terms.nll
 
     def gradient(d_loss, d_nll):
       # d loss = softmax - q and d nll = softmax - onehot, weighted by the incoming gradients
@@ -67,9 +100,10 @@ def token_statistics(logits, labels, label_smoothing: float, weights=None):
   Returns:
     dict of float32 scalars: "loss" (smoothed), "nll", "correct" and "tokens".
   """
+  logits = tf.cast(logits, tf.float32)
   loss, nll = label_smoothed_cross_entropy(logits, labels, label_smoothing)
-  correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=labels.dtype), labels),
-                    tf.float32)
+  correct = _is_largest(tf.gather_nd(logits, _label_positions(labels)),
+                        tf.reduce_max(logits, axis=-1))
   if weights is None:
     weights = tf.ones_like(loss)
   return {
@@ -83,6 +117,9 @@ def token_statistics(logits, labels, label_smoothing: float, weights=None):
 # Logits per chunk of the fused projection and loss: 2M float32 (8 MB), about 262 tokens
 # at an 8,000-piece vocabulary; bounded so the loss never holds a [tokens, vocab] tensor.
 _CHUNK_LOGITS = 1 << 21
+# ... but never fewer tokens than this: at a 32,000-piece vocabulary 2M logits are 65 tokens,
+# and matmuls over so few rows ran 13% slower (bench/NOTES.md).
+_MIN_CHUNK_TOKENS = 256
 
 
 def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: float,
@@ -102,7 +139,7 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
     output_kernel: [d_model, vocab_size] pre-softmax matrix (compute dtype).
     labels: int32 [num_tokens].
     label_smoothing: eps in [0, 1).
-    chunk_tokens: tokens per chunk; 0 picks about 2M logits per chunk.
+    chunk_tokens: tokens per chunk; 0 picks about 2M logits per chunk, at least 256 tokens.
 
   Returns:
     dict of float32 scalars as `token_statistics`: "loss", "nll", "correct", "tokens". Only
@@ -110,7 +147,7 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
   """
   vocab_size = output_kernel.shape[-1]
   if not chunk_tokens:
-    chunk_tokens = max(1, _CHUNK_LOGITS // vocab_size)
+    chunk_tokens = max(_MIN_CHUNK_TOKENS, _CHUNK_LOGITS // vocab_size)
   compute_dtype = hidden.dtype
 
   @tf.custom_gradient
@@ -122,18 +159,18 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
       h = hidden[start:start + chunk_tokens]
       y = labels[start:start + chunk_tokens]
       logits = tf.cast(tf.matmul(h, output_kernel), tf.float32)  # -> [chunk, vocab_size]
-      label_positions = tf.stack([tf.range(tf.shape(y)[0], dtype=y.dtype), y], axis=1)
-      log_normalizer, loss, nll = _loss_terms(logits, label_positions, label_smoothing)
-      correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=y.dtype), y),
-                        tf.float32)
+      label_positions = _label_positions(y)
+      terms = _loss_terms(logits, label_positions, label_smoothing)
       # d loss / d logits = softmax - q, q = (1 - eps) onehot + eps / V
-      d_logits = tf.exp(logits - log_normalizer[:, tf.newaxis]) - label_smoothing / vocab_size
+      d_logits = (terms.exp_shifted * (1.0 / terms.exp_sum)[:, tf.newaxis]
+                  - label_smoothing / vocab_size)
       d_logits = tf.cast(tf.tensor_scatter_nd_sub(
           d_logits, label_positions, tf.fill(tf.shape(y), 1.0 - label_smoothing)),
           compute_dtype)
       d_kernel += tf.cast(tf.matmul(h, d_logits, transpose_a=True), tf.float32)
       d_hidden = d_hidden.write(start // chunk_tokens, tf.matmul(d_logits, kernel_rows))
-      sums += tf.stack([tf.reduce_sum(loss), tf.reduce_sum(nll), tf.reduce_sum(correct)])
+      sums += tf.stack([tf.reduce_sum(terms.loss), tf.reduce_sum(terms.nll),
+                        tf.reduce_sum(terms.correct)])
       return start + chunk_tokens, d_kernel, d_hidden, sums
 
     _, d_kernel, d_hidden, sums = tf.while_loop(

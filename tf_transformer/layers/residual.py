@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.layers.dropout import Dropout
+from tf_transformer.layers.layer_norm import LayerNorm
 
 NORM_POSITIONS = ("post", "pre")
 
@@ -27,7 +28,7 @@ class ResidualNorm(keras.layers.Layer):
     self.norm_position = norm_position
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
     # layer norm runs in float32: its variance is too coarse in float16/bfloat16
-    self.norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype="float32", name="norm")
+    self.norm = LayerNorm(epsilon=1e-6, dtype="float32", name="norm")
 
   def build(self, inputs_shape, *args, **kwargs):
     self.norm.build(inputs_shape)
@@ -62,7 +63,7 @@ class FinalNorm(keras.layers.Layer):
     self.norm_position = norm_position
     self.norm = None
     if norm_position == "pre":
-      self.norm = keras.layers.LayerNormalization(epsilon=1e-6, dtype="float32", name="norm")
+      self.norm = LayerNorm(epsilon=1e-6, dtype="float32", name="norm")
 
   def build(self, inputs_shape):
     if self.norm is not None:
