@@ -10,7 +10,6 @@ commonest space-separated words are cut; then one JSON line.
 
 import argparse
 import collections
-import gzip
 import json
 import os
 import sys
@@ -20,15 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sentencepiece as spm  # noqa: E402
 
+from data_pipeline.corpora import iterate_sentences  # noqa: E402
 from data_pipeline.tokenizer import train_sentencepiece  # noqa: E402
 
 MODEL_TYPES = ("unigram", "bpe")
-
-
-def read_lines(path):
-  opener = gzip.open if path.endswith(".gz") else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    return [line.rstrip("\n") for line in f if line.strip()]
 
 
 def segmentation_stats(model_path, lines, common_words):
@@ -53,7 +47,7 @@ def main():
   parser.add_argument("--vocab_size", type=int, default=8000)
   args = parser.parse_args()
 
-  lines = read_lines(args.text)
+  lines = list(iterate_sentences([args.text]))  # what a subword model is trained on
   words = collections.Counter(word for line in lines for word in line.split())
   common_words = [word for word, _ in words.most_common(10)]
   results = {}
