@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from data_pipeline.token_ids import PAD_ID
 from tf_transformer import losses
 from tf_transformer.runtime import worker_info
 
@@ -33,13 +34,19 @@ def _scaled(gradient, scale):
 def _global_norm(gradients):
   """float32 scalar: the L2 norm of all `gradients` together. An IndexedSlices gradient (an
   embedding's) repeats an index once per occurrence of its token: its rows are summed first."""
-  squares = []
+  half_squares = []
   for gradient in gradients:
     if isinstance(gradient, tf.IndexedSlices):
       unique, positions = tf.unique(gradient.indices)
       gradient = tf.math.unsorted_segment_sum(gradient.values, positions, tf.size(unique))
-    squares.append(tf.reduce_sum(tf.square(tf.cast(gradient, tf.float32))))
-  return tf.sqrt(tf.add_n(squares))
+    half_squares.append(tf.nn.l2_loss(tf.cast(gradient, tf.float32)))  # one pass: sum(g**2) / 2
+  return tf.sqrt(2.0 * tf.add_n(half_squares))
+
+
+def _target_tokens(batch):
+  """float32: the real target tokens of (source_ids, target_input_ids, target_ids), the
+  count `losses.batch_statistics` reports as "tokens"."""
+  return tf.reduce_sum(tf.cast(tf.not_equal(batch[1], PAD_ID), tf.float32))
 
 
 def all_finite(variables) -> bool:
@@ -80,23 +87,27 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
   local_replicas = strategy.num_replicas_in_sync // worker_info(strategy)[0]
   scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
-  def gradients_of(*batch):
+  def gradients_of(batch, loss_weight=1.0):
+    """The gradients of loss_weight * the batch's summed loss, and its statistics."""
     with tf.GradientTape() as tape:
       stats = losses.batch_statistics(model, batch, label_smoothing)
-      loss = optimizer.scale_loss(stats["loss"]) if scales_loss else stats["loss"]
+      loss = stats["loss"] * loss_weight
+      loss = optimizer.scale_loss(loss) if scales_loss else loss
     return tape.gradient(loss, variables), stats
 
   if jit_compile:
     gradients_of = tf.function(gradients_of, jit_compile=True)
 
-  def step_gradient(gradients, local_tokens):
-    """Replica fn: the step's gradient (every replica's sum over its tokens, all-reduced and
-    divided by the step's tokens), clipped, with its norm before clipping and whether
-    clipping fired; the same on every replica."""
-    context = tf.distribute.get_replica_context()
-    tokens = context.all_reduce("sum", local_tokens)
-    scale = 1.0 / tf.maximum(tokens, 1.0)
-    gradients = context.all_reduce("sum", [_scaled(g, scale) for g in gradients])
+  def inverse_step_tokens(local_tokens):
+    """Replica fn: 1 / the step's target tokens (all replicas'), given this replica's."""
+    tokens = tf.distribute.get_replica_context().all_reduce("sum", local_tokens)
+    return 1.0 / tf.maximum(tokens, 1.0)
+
+  def step_gradient(gradients):
+    """Replica fn: the step's gradient from every replica's part (each already divided by the
+    step's tokens), clipped, with its norm before clipping and whether clipping fired; the
+    same on every replica."""
+    gradients = tf.distribute.get_replica_context().all_reduce("sum", gradients)
     norm = _global_norm(gradients)
     if scales_loss:
       norm /= tf.cast(optimizer.dynamic_scale, tf.float32)
@@ -127,8 +138,11 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
 
   if update_freq == 1:
     def replica_gradient(*batch):
-      gradients, stats = gradients_of(*_replica_slice(batch, local_replicas))
-      return step_gradient(gradients, stats["tokens"]), stats
+      batch = _replica_slice(batch, local_replicas)
+      # the step's tokens are known before its forward pass: weighting the loss by their
+      # inverse scales the gradient for free, instead of a pass over every gradient after
+      gradients, stats = gradients_of(batch, inverse_step_tokens(_target_tokens(batch)))
+      return step_gradient(gradients), stats
 
     @tf.function
     def train_step(iterator):
@@ -148,14 +162,16 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
                                aggregation=tf.VariableAggregation.SUM)
 
   def replica_accumulate(*batch):
-    gradients, stats = gradients_of(*_replica_slice(batch, local_replicas))
+    gradients, stats = gradients_of(_replica_slice(batch, local_replicas))
     for total, gradient in zip(sums, gradients):
       total.assign_add(tf.convert_to_tensor(gradient))
     local_tokens.assign_add(stats["tokens"])
     return stats
 
   def replica_sum_gradient():
-    return step_gradient([total.read_value() for total in sums], local_tokens.read_value())
+    # the step's tokens are known only after its last batch: its sums are scaled here
+    scale = inverse_step_tokens(local_tokens.read_value())
+    return step_gradient([_scaled(total.read_value(), scale) for total in sums])
 
   def replica_reset():
     for total in sums:

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_transformer.layers.dropout import Dropout
+from tf_transformer.layers.row_matmul import row_matmul
 from tf_transformer.layers.token_layout import TokenLayout
 
 
@@ -60,7 +61,7 @@ class MultiHeadAttention(keras.layers.Layer):
   def _project(self, rows, layout, kernel, parts):
     """rows [R, d_model] of `layout` @ [d_model, parts * d_model] -> `parts` tensors
     [B, H, T, D]."""
-    y = layout.to_padded(tf.matmul(rows, tf.cast(kernel, self.compute_dtype)))
+    y = layout.to_padded(row_matmul(rows, tf.cast(kernel, self.compute_dtype)))
     y = tf.reshape(y, [layout.batch, layout.length, parts, self.num_heads,
                        self.d_model // self.num_heads])
     y = tf.transpose(y, [2, 0, 3, 1, 4])  # -> [parts, B, H, T, D]
@@ -98,7 +99,7 @@ class MultiHeadAttention(keras.layers.Layer):
     if context.shape[2] != 1:  # with one query position (a decoding step) it is a reshape
       context = tf.transpose(context, [0, 2, 1, 3])
     context = layout.to_rows(tf.reshape(context, [layout.batch, layout.length, self.d_model]))
-    return tf.matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
+    return row_matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
 
   def _queries_keys_values(self, query, layout, memory, memory_layout):
     """Projects query rows [R, d_model] and, for cross-attention, memory rows [M, d_model]:
