@@ -1,7 +1,8 @@
 """Keras's layer against ours, forward and backward, timed alternately in one process.
 
-Used by `dropout_speed.py`, `layer_norm_speed.py` and `matmul_grad_speed.py`: each passes two tf.functions computing a
-layer's forward and backward pass; they run in turn `repeats` times after one warm-up call.
+Used by `dropout_speed.py`, `layer_norm_speed.py` and `matmul_grad_speed.py`: each passes
+two tf.functions computing a layer's forward and backward pass; they run in turn `repeats`
+times after one warm-up call.
 """
 
 import json
