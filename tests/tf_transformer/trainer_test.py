@@ -73,9 +73,15 @@ def test_separate_vocabularies_learn_a_word_mapping(tmp_path):
               for i, word in enumerate(WORDS)}  # "aa" -> "Aa", "bb" -> "Hb", ...
   write_reversal_corpus(tmp_path, sizes=(("train", 3000), ("val", 100)),
                         target_word=spelling.get)
-  run = build_trainer(tmp_path, tmp_path / "model", "--shared_vocab=false")
+  # float32, not the machine's auto precision: dev accuracy after the 800 steps moved between
+  # 0.92 and 0.99 with rounding alone (bfloat16 gave 0.92). Here it is 0.98 with BLEU 94; a
+  # source read with the target's subword model gave 0.86 and BLEU 75 (the decoder guesses
+  # much of each target word from its first letter).
+  run = build_trainer(tmp_path, tmp_path / "model", "--shared_vocab=false",
+                      "--mixed_precision=float32")
   run.train()
-  assert run.evaluator.evaluate(run.step)["accuracy"] >= 0.95
+  dev = run.evaluator.evaluate(run.step)
+  assert dev["accuracy"] >= 0.92 and dev["bleu"] >= 85, dev
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):
