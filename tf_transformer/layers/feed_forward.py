@@ -24,8 +24,8 @@ class FeedForward(keras.layers.Layer):
 
   def build(self, inputs_shape):
     d_model = inputs_shape[-1]
-    self.inner = keras.layers.Dense(self.d_ff, activation="relu", name="inner",
-                                    dtype=self.dtype_policy)
+    # holds the first layer's weights; `call` applies them (and the ReLU) with row_matmul
+    self.inner = keras.layers.Dense(self.d_ff, name="inner", dtype=self.dtype_policy)
     self.inner.build((None, d_model))
     self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
     self.outer.build((None, self.d_ff))
@@ -33,8 +33,8 @@ class FeedForward(keras.layers.Layer):
   def call(self, inputs, training=None):
     """inputs: [R, d_model] token rows -> [R, d_model]; `training` enables the dropout after
     the ReLU."""
-    # the first layer's weights through row_matmul, whose input gradient is faster on CPU;
-    # the second layer's ([d_ff, d_model], taller than wide) gains nothing from it
+    # row_matmul's input gradient is faster on CPU for the first layer's [d_model, d_ff]
+    # kernel; the second layer's, taller than wide, gains nothing from it
     hidden = row_matmul(inputs, tf.cast(self.inner.kernel, self.compute_dtype),
                         tf.cast(self.inner.bias, self.compute_dtype), relu=True)
     return self.outer(self._dropout(hidden, training=training))
