@@ -1,8 +1,8 @@
 """Runs benchmark commands alternately, round after round, and reports ratios of medians.
 
-    python bench/alternate.py --rounds 3 --metric tgt_tok_per_s \\
-        --a ".venv/bin/python bench/train_speed.py --flagfile=flags/small.cfg" \\
-        --a ".venv/bin/python bench/train_speed.py --flagfile=flags/small.cfg --noskip_padding" \\
+    python -m bench.alternate --rounds 3 --metric tgt_tok_per_s \\
+        --a ".venv/bin/python -m bench.train_speed --flagfile=flags/small.cfg" \\
+        --a ".venv/bin/python -m bench.train_speed --flagfile=flags/small.cfg --noskip_padding" \\
         --b "/tmp/peerenv/bin/python ../shared/bench/peers/torch_train.py --batching bucketed --json"
 
 Each round runs every --a command (ours; one or more), then every --b (the peers; one or more,

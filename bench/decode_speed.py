@@ -1,6 +1,6 @@
 """Decoding throughput of the exported SavedModel and the in-process tf.function (a benchmark).
 
-    python bench/decode_speed.py --flagfile=flags/small.cfg [--repeats 2]
+    python -m bench.decode_speed --flagfile=flags/small.cfg [--repeats 2]
 
 A randomly initialised model of the preset's dims (no training needed) decodes --n_sents
 sentences of random subword ids (source length uniform in [--min_src, --max_src] plus EOS) in
@@ -8,8 +8,8 @@ batches of --batch_size, every hypothesis forced to exactly --tgt_len tokens (mi
 length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in --beams:
   - "function": the in-process tf.function over id batches ("function_jit": XLA-compiled);
   - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back,
-    with the XLA-compiled search that export.saved_model writes by default ("saved_model_graph":
-    exported with --nodecode_jit);
+    with the XLA-compiled search that tf_transformer.bin.export_saved_model writes by default
+    ("saved_model_graph": exported with --nodecode_jit);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, 2 threads, on
     the same subword pieces: CTranslate2 on exactly our weights.
 --batch_size=1 times one sentence per request, the serving case.
@@ -24,12 +24,10 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-
-import op_profile  # noqa: E402
-from tf_transformer import config  # noqa: E402  (defines the model flags)
+from bench import op_profile
+from tf_transformer import config  # (defines the model flags)
 
 flags.DEFINE_integer("n_sents", 500, "Sentences decoded per pass.")
 flags.DEFINE_integer("min_src", 10, "Shortest source (tokens before EOS).")
@@ -88,7 +86,7 @@ def main(argv):
 
   from data_pipeline.token_ids import EOS_ID
   from tf_transformer import decoding, runtime
-  from tf_transformer.model import Transformer
+  from tf_transformer.model import build_model
   from tf_transformer.translator import Translator
 
   strategy = runtime.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
@@ -97,7 +95,7 @@ def main(argv):
   os.makedirs(FLAGS.workdir, exist_ok=True)
   vocabulary = _subword_model(os.path.join(FLAGS.workdir, "spm.model"), FLAGS.vocab_size, rng)
   model_config = config.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
-  model = Transformer(**model_config.__dict__)
+  model = build_model(model_config)
 
   lengths = rng.integers(FLAGS.min_src, FLAGS.max_src + 1, FLAGS.n_sents)
   rows = [list(rng.integers(EOS_ID + 1, vocabulary.source_size, n)) for n in lengths]

@@ -1,6 +1,6 @@
 """Throughput of the training input pipeline alone: text files -> tokenized, bucketed batches.
 
-    python bench/input_speed.py [--lines 200000] [--batch_tokens 4096]
+    python -m bench.input_speed [--lines 200000] [--batch_tokens 4096]
 
 Writes a corpus of --lines random sentence pairs (lengths uniform in [--min_words,
 --max_words] words, a SentencePiece model trained on a sample of it), then times
@@ -16,9 +16,7 @@ import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 flags.DEFINE_integer("lines", 200_000, "Sentence pairs in the generated corpus.")
 flags.DEFINE_integer("min_words", 3, "Shortest sentence, in words.")

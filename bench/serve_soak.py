@@ -1,10 +1,10 @@
 """Serving under load: threads calling an exported SavedModel's serving_default (a benchmark).
 
-    python bench/serve_soak.py --flagfile=flags/small.cfg [--saved_model=DIR] [--minutes 10]
+    python -m bench.serve_soak --flagfile=flags/small.cfg [--saved_model=DIR] [--minutes 10]
 
 Without --saved_model, a randomly initialised model of the preset's dims is exported the way
-export.saved_model does it (XLA-compiled beam search, --beam_size, --extra_decode_length) and
-loaded back; a random model seldom ends a sentence early, so each output runs to the length
+tf_transformer.bin.export_saved_model does it (XLA-compiled beam search, --beam_size,
+--extra_decode_length) and loaded back; a random model seldom ends a sentence early, so each output runs to the length
 limit, the heaviest case. --threads threads each send one sentence per request, of 1 to 100
 random words or empty, for --minutes. Prints requests/s, p50/p99 latency, errors, and the
 process RSS at the start (after a warm-up), the middle and the end; the last line is JSON.
@@ -14,16 +14,13 @@ import json
 import os
 import random
 import statistics
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-
-import decode_speed  # noqa: E402  (defines --workdir; its subword model)
-from tf_transformer import config  # noqa: E402  (defines the model and decoding flags)
+from bench import decode_speed  # (defines --workdir; its subword model)
+from tf_transformer import config  # (defines the model and decoding flags)
 
 flags.DEFINE_float("minutes", 10.0, "How long to send requests.")
 flags.DEFINE_integer("threads", 8, "Concurrent callers.")
@@ -37,10 +34,11 @@ def _rss_mib() -> float:
 
 
 def _random_export(tf):
-  """A random model of the preset's dims, exported like export.saved_model; its folder."""
+  """A random model of the preset's dims, exported like tf_transformer.bin.export_saved_model;
+  returns its folder."""
   import numpy as np
 
-  from tf_transformer.model import Transformer
+  from tf_transformer.model import build_model
   from tf_transformer.translator import Translator
 
   rng = np.random.default_rng(FLAGS.seed)
@@ -48,7 +46,7 @@ def _random_export(tf):
   vocabulary = decode_speed._subword_model(os.path.join(FLAGS.workdir, "spm.model"),
                                            FLAGS.vocab_size, rng)
   model_config = config.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
-  model = Transformer(**model_config.__dict__)
+  model = build_model(model_config)
   module = Translator(model, vocabulary, beam_size=FLAGS.beam_size, nbest=1,
                       max_length=FLAGS.max_length, extra_decode_length=FLAGS.extra_decode_length,
                       decode_jit=True)

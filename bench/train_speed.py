@@ -1,6 +1,6 @@
 """Training throughput of the real train step on synthetic batches (a benchmark, not a test).
 
-    python bench/train_speed.py --flagfile=flags/small.cfg [--repeats 3]
+    python -m bench.train_speed --flagfile=flags/small.cfg [--repeats 3]
 
 Source and target lengths (EOS included) are uniform in [--min_len, --max_len]; pairs go
 through the project's own length bucketing, with --batch_tokens calibrated so that a batch
@@ -21,12 +21,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-
-import op_profile  # noqa: E402
-from tf_transformer import config  # noqa: E402  (defines the model flags)
+from bench import op_profile
+from tf_transformer import config  # (defines the model flags)
 
 flags.DEFINE_integer("steps", 10, "Timed steps.")
 flags.DEFINE_integer("warmup", 3, "Untimed warm-up steps.")

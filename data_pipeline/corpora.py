@@ -7,10 +7,11 @@ import os
 import zlib
 from typing import Iterator
 
-from data_pipeline.progress import ProgressBar
+from common.errors import UserError
+from common.progress import ProgressBar
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
   """A corpus problem, in one line that names the file (and line)."""
 
 

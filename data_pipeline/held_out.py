@@ -7,10 +7,12 @@ source go to dev, then to test, until each has its size; the rest is training da
 sentence repeated in the corpus therefore never stands on both sides of the split.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 
+from common import files
 from data_pipeline import corpora
 
 SPLITS = ("train", "dev", "test")
@@ -82,18 +84,18 @@ def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
 
   dev, test = held_out_keys(pairs(corpora_to_read[0]), dev_size, test_size, seed)
   os.makedirs(out_dir, exist_ok=True)
-  files = {(split, lang): open(os.path.join(out_dir, f"{split}.{lang}.tmp-{os.getpid()}"),
-                               "w", encoding="utf-8")
-           for split in SPLITS for lang in (src_lang, tgt_lang)}
   counts = dict.fromkeys(SPLITS, 0)
   extra = dropped = 0
+  with contextlib.ExitStack() as stack:  # every file complete before any is renamed
+    outputs = {(split, lang): stack.enter_context(
+                   files.atomic_file(os.path.join(out_dir, f"{split}.{lang}")))
+               for split in SPLITS for lang in (src_lang, tgt_lang)}
 
-  def write(split, source, target):
-    files[split, src_lang].write(source + "\n")
-    files[split, tgt_lang].write(target + "\n")
-    counts[split] += 1
+    def write(split, source, target):
+      outputs[split, src_lang].write(source + "\n")
+      outputs[split, tgt_lang].write(target + "\n")
+      counts[split] += 1
 
-  try:
     for source, target in pairs(corpora_to_read[0]):
       key = _key(seed, source)
       write("dev" if key in dev else "test" if key in test else "train", source, target)
@@ -105,12 +107,4 @@ def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
           continue
         write("train", source, target)
         extra += 1
-  except BaseException:
-    for f in files.values():
-      f.close()
-      os.remove(f.name)
-    raise
-  for (split, lang), f in files.items():  # renamed only once every file is complete
-    f.close()
-    os.replace(f.name, os.path.join(out_dir, f"{split}.{lang}"))
   return SplitCounts(counts["train"], counts["dev"], counts["test"], extra, dropped)

@@ -18,19 +18,21 @@ renamed to its final name, so an interrupted run never leaves a half file behind
 exist and pass the check are skipped, so re-running is cheap.
 """
 
+import contextlib
 import dataclasses
 import gzip
 import http.client
 import os
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
 from typing import Mapping
 
+from common import files
+from common.errors import UserError
+from common.progress import ProgressBar
 from data_pipeline import wit3
-from data_pipeline.progress import ProgressBar
 
 _TIMEOUT_S = 30
 _CHUNK_BYTES = 1 << 16
@@ -107,7 +109,7 @@ DATASETS: dict[str, Dataset] = {
 }
 
 
-class DownloadError(Exception):
+class DownloadError(UserError):
   """A download or check failed; the message is one line meant for the user."""
 
 
@@ -143,12 +145,6 @@ def _read(resp, url: str) -> bytes:
     raise _offline(url, e) from None
 
 
-def _temp(out_dir: str, name: str) -> str:
-  fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(name)}.", suffix=".part", dir=out_dir)
-  os.close(fd)
-  return tmp
-
-
 class _Run:
   """One call of `download`: fetching with a progress bar, and the archives fetched so far."""
 
@@ -181,7 +177,9 @@ class _Run:
   def archive(self, rel: str) -> str:
     """The local copy of archive `{base}/{rel}`, fetched on first use."""
     if rel not in self.archives:
-      self.archives[rel] = _temp(self.out_dir, rel)  # Known before fetching, so close() removes it.
+      # named before fetching, so close() removes it
+      self.archives[rel] = files.temporary_sibling(
+          os.path.join(self.out_dir, os.path.basename(rel)))
       self.fetch(rel, self.archives[rel])
     return self.archives[rel]
 
@@ -194,8 +192,8 @@ class _Run:
 
 
 def _fetch_as_is(run: _Run, fname: str, lines: int) -> None:
-  path, tmp = os.path.join(run.out_dir, fname), _temp(run.out_dir, fname)
-  try:
+  path = os.path.join(run.out_dir, fname)
+  with files.atomic_path(path) as tmp:
     url = run.fetch(fname, tmp)
     try:
       got = _count_lines(tmp, fname.endswith(".gz"))
@@ -206,10 +204,6 @@ def _fetch_as_is(run: _Run, fname: str, lines: int) -> None:
     if got != lines:
       raise DownloadError(
           f"{path}: expected {lines} lines, got {got} (corrupt or truncated download)")
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
 
 
 def _convert(run: _Run, spec: Dataset, group: tuple[str, ...]) -> None:
@@ -237,17 +231,10 @@ def _convert(run: _Run, spec: Dataset, group: tuple[str, ...]) -> None:
     if len(sentences) != spec.files[fname]:
       raise DownloadError(f"{path}: expected {spec.files[fname]} lines, got {len(sentences)} "
                           f"(converted from {sources[path]})")
-  temps = {path: _temp(run.out_dir, path) for path in sides}
-  try:
+  with contextlib.ExitStack() as stack:  # every file complete before any is renamed
     for path, sentences in sides.items():
-      with open(temps[path], "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(text + "\n" for _, text in sentences)
-    for path, tmp in temps.items():
-      os.replace(tmp, path)
-  finally:
-    for tmp in temps.values():
-      if os.path.exists(tmp):
-        os.remove(tmp)
+      stack.enter_context(files.atomic_file(path)).writelines(
+          text + "\n" for _, text in sentences)
 
 
 def download(name: str, out_dir: str, base_url: str | None = None,

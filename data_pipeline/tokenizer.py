@@ -15,7 +15,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
 
-from data_pipeline.progress import ProgressBar
+from common import files
+from common.progress import ProgressBar
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -42,13 +43,8 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
         input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
         character_coverage=0.9995, hard_vocab_limit=False, minloglevel=2,
         num_threads=os.cpu_count() or 1)
-    temporary = f"{model_path}.tmp-{os.getpid()}"
-    try:
+    with files.atomic_path(model_path) as temporary:
       tf.io.gfile.copy(prefix + ".model", temporary, overwrite=True)
-      tf.io.gfile.rename(temporary, model_path, overwrite=True)
-    finally:
-      if tf.io.gfile.exists(temporary):
-        tf.io.gfile.remove(temporary)
 
 
 def load_tokenizer(model_path: str) -> tf_text.SentencepieceTokenizer:

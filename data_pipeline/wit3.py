@@ -11,13 +11,15 @@ import re
 import tarfile
 from typing import Callable, Mapping
 
+from common.errors import UserError
+
 Sentences = list[tuple[str, str]]
 
 _DOC_OR_SEG = re.compile(
     r'<doc\b[^>]*?\bdocid="([^"]*)"|<seg\b[^>]*?\bid="\s*([^"]*?)\s*"[^>]*>(.*?)</seg\s*>', re.S)
 
 
-class FormatError(ValueError):
+class FormatError(UserError, ValueError):
   """An archive or member is not as expected; the message is one line."""
 
 

@@ -1,3 +1,2 @@
-"""SavedModel export for TF Serving: string in, string out."""
-
-import data_pipeline  # noqa: F401  (sets TensorFlow's environment before TensorFlow loads)
+"""Exports of a trained model: a SavedModel for TF Serving (string in, string out), and a
+CTranslate2 model."""

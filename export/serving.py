@@ -1,15 +1,20 @@
-"""The TF Serving layout: numbered version folders written atomically, warm-up requests for
-every signature, and the batching parameters beside the versions.
+"""A trained model as a TF Serving model: numbered version folders written atomically, warm-up
+requests for every signature, and the batching parameters beside the versions; the tool is
+tf_transformer/bin/export_saved_model.py.
 
 Every file operation goes through tf.io.gfile, so the export dir may be on any file system
 TensorFlow knows (a local path, file://, gs://, hdfs://).
 """
 
+import dataclasses
 import json
-import uuid
 
 import tensorflow as tf
 from absl import logging
+
+from common import files
+from tf_transformer.inference import load_for_inference
+from tf_transformer.translator import Translator
 
 WARMUP_INPUTS = ("", "Hello.", "A man in a blue shirt is standing on a ladder cleaning windows.")
 WARMUP_BATCH_SIZES = (1, 8)
@@ -65,22 +70,6 @@ def write_warmup_requests(version_dir: str, signatures: dict, inputs=WARMUP_INPU
   return path
 
 
-def _create(path: str, text: str):
-  """Writes `text` to a temporary sibling renamed to `path`: a reader sees the whole file or none.
-
-  Raises:
-    tf.errors.AlreadyExistsError: `path` exists; it is left as it is.
-  """
-  temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-  try:
-    with tf.io.gfile.GFile(temporary, "w") as f:
-      f.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=False)
-  finally:
-    if tf.io.gfile.exists(temporary):
-      tf.io.gfile.remove(temporary)
-
-
 def save_version(module, signatures: dict, export_dir: str, version: int, settings: dict) -> str:
   """Saves `module` as `{export_dir}/{version}`, complete or not at all.
 
@@ -90,20 +79,14 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
   rename copies object by object, so there it is not atomic.)
   """
   final = tf.io.gfile.join(export_dir, str(version))
-  temporary = tf.io.gfile.join(export_dir, f".tmp-{version}")
-  if tf.io.gfile.exists(temporary):
-    tf.io.gfile.rmtree(temporary)
   tf.io.gfile.makedirs(export_dir)
-  try:
+  # TF Serving loads numeric folder names only: it never sees the temporary `<version>.tmp-*`
+  with files.atomic_path(final, overwrite=False) as temporary:
     tf.saved_model.save(module, temporary, signatures=signatures)
     write_warmup_requests(temporary, signatures)
     # the whole folder is renamed at the end: the file itself needs no temporary name
     with tf.io.gfile.GFile(tf.io.gfile.join(temporary, "assets.extra", "decoding.json"), "w") as f:
       f.write(json.dumps(settings, indent=2))
-    tf.io.gfile.rename(temporary, final)
-  finally:
-    if tf.io.gfile.exists(temporary):
-      tf.io.gfile.rmtree(temporary)
   return final
 
 
@@ -151,12 +134,36 @@ def write_batching_parameters(export_dir: str, max_batch_size: int) -> str:
   if not tf.io.gfile.exists(path):
     tf.io.gfile.makedirs(export_dir)
     try:
-      _create(path, text)
+      with files.atomic_file(path, overwrite=False) as f:
+        f.write(text)
       logging.info("wrote %s", path)
       return path
-    except tf.errors.AlreadyExistsError:  # another export wrote it meanwhile
+    except FileExistsError:  # another export wrote it meanwhile
       pass
   with tf.io.gfile.GFile(path) as f:
     if f.read() != text:
       logging.info("kept %s: it differs from this export's values (delete it to get them)", path)
+  return path
+
+
+def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
+           checkpoint: str = "best") -> str:
+  """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
+  the next version of `export_dir`, with `decode_config`'s search fixed in it and
+  `translate_nbest` returning the whole beam.
+
+  Returns:
+    The version folder written, `export_dir`/<the checkpoint's step, or the next free number>.
+
+  Raises:
+    ModelDirError: the model directory, its vocabulary or its checkpoint is unusable.
+  """
+  model, vocabulary, step = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
+  decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
+  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config))
+  settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
+              "src_lang": src_lang, "tgt_lang": tgt_lang}
+  path = save_version(module, module.signatures(), export_dir, next_version(export_dir, step),
+                      settings)
+  write_batching_parameters(export_dir, module.max_batch_size)
   return path

@@ -1,4 +1,4 @@
-"""The README's bad-input table, row by row: each bad input gives exit code 1 and one line
+"""docs/bad_input.md's table, row by row: each bad input gives exit code 1 and one line
 naming the flag, file, line or input, no traceback, and no partial output file."""
 
 import concurrent.futures
@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from tests import testutil
-from tests.tf_transformer.train_test import write_corpus
+from tests.tf_transformer.bin.train_test import write_corpus
 
 TRAIN = ("tf_transformer.train", "--flagfile=flags/tiny.cfg", "--src_lang=src", "--tgt_lang=tgt",
          "--dev_prefix=", "--train_steps=2")
-TRANSLATE = ("tf_transformer.translate", "--flagfile=flags/tiny.cfg", "--beam_size=2",
+TRANSLATE = ("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg", "--beam_size=2",
              "--extra_decode_length=4")
 
 
@@ -111,7 +111,7 @@ ROWS = {
         "--nbest=3",
         message="error: --nbest must be between 1 and --beam_size (2), got 3"),
     "--saved_model with --model_dir": Case(
-        ("tf_transformer.translate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
+        ("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
          "--saved_model={m}"),
         message="error: give exactly one of --saved_model and --model_dir"),
     # ------------------------------------------------------------------ model directories
@@ -163,7 +163,7 @@ ROWS = {
         "--input={d}/train.src", "--output={d}/train.src/out.txt",
         message="error: {d}/train.src/out.txt: Not a directory"),
     "evaluate with a missing reference": Case(
-        ("tf_transformer.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
+        ("tf_transformer.bin.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
          "--src={d}/train.src", "--ref={d}/nope.tgt"),
         message="error: {d}/nope.tgt: no such file"),
 }

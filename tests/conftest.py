@@ -1,14 +1,18 @@
 """Fixtures shared by several test files."""
 
-import keras
-import pytest
-import tensorflow as tf
+from tf_transformer.bin import cli
 
-from data_pipeline import tokenizer
-from tests import testutil
-from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import ModelConfig
-from tf_transformer.model import Transformer
+cli.set_tensorflow_environment()  # before TensorFlow loads, as in the tools
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from data_pipeline import tokenizer  # noqa: E402
+from tests import testutil  # noqa: E402
+from tf_transformer import model_dir as model_dir_lib  # noqa: E402
+from tf_transformer.config import ModelConfig  # noqa: E402
+from tf_transformer.model import build_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +27,7 @@ def tiny_model_dir(tmp_path_factory):
                        num_heads=4, d_ff=64)
   model_dir_lib.check_config(str(folder), config)
   keras.utils.set_random_seed(0)
-  model = Transformer(**config.__dict__)
+  model = build_model(config)
   tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
   return folder
 

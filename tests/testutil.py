@@ -16,6 +16,20 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+def shared_data(*parts) -> pathlib.Path:
+  """The folder ../shared/data/<parts>, for a test that reads the real corpora. When it is
+  absent the test skips, or fails under REQUIRE_SHARED=1 (CI's setting: a green CI ran it)."""
+  import pytest
+
+  path = SHARED_DATA.joinpath(*parts)
+  if not path.is_dir():
+    message = f"{path} is absent"
+    if os.environ.get("REQUIRE_SHARED") == "1":
+      pytest.fail(f"{message}, and REQUIRE_SHARED=1 requires it", pytrace=False)
+    pytest.skip(message)
+  return path
+
+
 def write_lines(path, lines, newline="\n"):
   """Writes `lines` (str or bytes) one a line, gzipped if `path` ends in .gz; returns it as str."""
   data = b"".join((line if isinstance(line, bytes) else line.encode("utf-8")) + newline.encode()

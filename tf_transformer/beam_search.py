@@ -65,6 +65,189 @@ def _top_k_rows(x, k: int, chunk: int = 64):
   return values, indices
 
 
+def _initial_state(initial_ids, initial_cache, batch, beam_size: int, buffer_length):
+  """The loop state before the first step: one live empty hypothesis a sentence, none finished.
+
+  Args:
+    initial_ids: int32 [B], the start token of each sentence.
+    initial_cache: nested structure of [B, ...] tensors.
+    batch: int32 scalar, B.
+    beam_size: K.
+    buffer_length: L, int or int32 scalar.
+
+  Returns:
+    (step, last_ids, alive_ids, alive_log_probs, cache, finished_ids, finished_scores): int32
+    scalar 0, int32 [B, K] (the start tokens), int32 [B, K, L] 0s, float32 [B, K], the cache
+    as [B * K, ...] tensors, int32 [B, K, L] 0s, and float32 [B, K] (all -inf).
+  """
+  k = beam_size
+  cache = tf.nest.map_structure(lambda t: _flatten_beam(_expand_to_beam(t, k)), initial_cache)
+  alive_ids = tf.zeros([batch, k, buffer_length], tf.int32)
+  # only the first copy of each sentence is live at step 0, or K copies would fill the beam
+  alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (k - 1)], [batch, 1])
+  finished_ids = tf.zeros([batch, k, buffer_length], tf.int32)
+  finished_scores = tf.fill([batch, k], _NEG_INF)
+  last_ids = _expand_to_beam(initial_ids, k)  # -> [B, K]
+  return (tf.constant(0), last_ids, alive_ids, alive_log_probs, cache, finished_ids,
+          finished_scores)
+
+
+def _sentences_done(step, limits, alive_log_probs, finished_scores, alpha: float):
+  """bool [B]: past its limit, or no live hypothesis can still beat its worst finished one.
+
+  Args:
+    step: int32 scalar, the number of tokens of every hypothesis.
+    limits: int32 [B], each sentence's maximum length.
+    alive_log_probs: float32 [B, K], descending.
+    finished_scores: float32 [B, K].
+    alpha: length-penalty exponent.
+  """
+  best_possible = alive_log_probs[:, 0] / length_penalty(limits, alpha)
+  worst_finished = tf.reduce_min(finished_scores, axis=1)
+  return (best_possible < worst_finished) | (step >= limits)
+
+
+def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, *,
+                batch, beam_size: int, eos_id: int, min_length, buffer_length):
+  """Extends each live hypothesis by one token and keeps the 2K best extensions of a sentence.
+
+  2K: even if K of them end in EOS, K live ones remain. The 2K best of a sentence are among the
+  2K best of each of its hypotheses, so each row is cut to its 2K best first, and log_softmax
+  (a shift of a row) is applied to those alone.
+
+  Args:
+    symbols_to_logits_fn: as in `beam_search`.
+    step: int32 scalar, the position of the new token.
+    last_ids: int32 [B, K], the last token of each live hypothesis.
+    alive_ids: int32 [B, K, L], the live hypotheses (0s from `step` on).
+    alive_log_probs: float32 [B, K], their log-probabilities.
+    cache: nested structure of [B * K, ...] tensors, the live hypotheses' decoder state.
+    batch: int32 scalar, B.
+    beam_size: K.
+    eos_id: end-of-sentence id.
+    min_length: int32 scalar: EOS cannot be produced before this many tokens.
+    buffer_length: L.
+
+  Returns:
+    top_ids: int32 [B, 2K, L], the candidates: their parent's tokens and the new one.
+    top_log_probs: float32 [B, 2K], their log-probabilities, descending.
+    top_tokens: int32 [B, 2K], their new tokens.
+    top_beams: int32 [B, 2K], the index of each one's parent among the K live hypotheses.
+    cache: nested structure of [B * K, ...] tensors, the state after `step`, by parent.
+  """
+  k = beam_size
+  logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
+  logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
+  vocab_size = tf.shape(logits)[-1]
+  eos_column = tf.one_hot(eos_id, vocab_size, on_value=_NEG_INF, off_value=0.0)
+  allowed = tf.cond(step + 1 < min_length, lambda: logits + eos_column, lambda: logits)
+  per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
+  row_logits, row_tokens = _top_k_rows(allowed, per_row)  # -> [B * K, 2K]
+  row_log_probs = row_logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+  log_probs = _unflatten_beam(row_log_probs, batch, k)  # -> [B, K, 2K]
+  log_probs += alive_log_probs[:, :, tf.newaxis]
+  flat = tf.reshape(log_probs, [batch, -1])  # -> [B, K * 2K]
+  top_log_probs, top_indices = tf.math.top_k(flat, k=2 * k)  # -> [B, 2K]
+  top_beams = top_indices // per_row
+  # [B * K, 2K] -> [B, K * 2K], the layout of `flat`
+  top_tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), top_indices, batch_dims=1)
+  position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
+  top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
+  return top_ids, top_log_probs, top_tokens, top_beams, cache
+
+
+def _choose_alive(top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch,
+                  beam_size: int):
+  """The K best candidates that did not end: the new live hypotheses.
+
+  Args:
+    top_ids: int32 [B, 2K, L], the candidates of `_grow_alive`.
+    top_log_probs: float32 [B, 2K], their log-probabilities.
+    top_tokens: int32 [B, 2K], their last tokens.
+    top_beams: int32 [B, 2K], the index of each one's parent among the K old live ones.
+    ends: bool [B, 2K], whether each candidate ends in EOS.
+    cache: nested structure of [B * K, ...] tensors, in the order of the old live ones.
+    batch: int32 scalar, B.
+    beam_size: K.
+
+  Returns:
+    last_ids: int32 [B, K], the new tokens of the new live hypotheses.
+    alive_ids: int32 [B, K, L], their tokens.
+    alive_log_probs: float32 [B, K], their log-probabilities, descending.
+    cache: nested structure of [B * K, ...] tensors, in their order.
+  """
+  alive_candidates = tf.where(ends, _NEG_INF, top_log_probs)
+  alive_log_probs, keep = tf.math.top_k(alive_candidates, k=beam_size)  # -> [B, K]
+  alive_ids = _gather_beams(top_ids, keep)
+  last_ids = _gather_beams(top_tokens, keep)
+  parents = _gather_beams(top_beams, keep)  # -> [B, K], indices into the old K
+  cache = tf.nest.map_structure(  # [B * K, ...] -> [B, K, ...] -> [B * K, ...]
+      lambda t: _flatten_beam(_gather_beams(_unflatten_beam(t, batch, beam_size), parents)),
+      cache)
+  return last_ids, alive_ids, alive_log_probs, cache
+
+
+def _merge_finished(finished_ids, finished_scores, top_ids, top_log_probs, ends, step,
+                    alpha: float, beam_size: int):
+  """Merges the candidates that ended with the K finished so far and keeps the K best.
+
+  Args:
+    finished_ids: int32 [B, K, L], the finished hypotheses so far.
+    finished_scores: float32 [B, K], their normalized log-probabilities (-inf: none).
+    top_ids: int32 [B, 2K, L], the candidates of `_grow_alive`.
+    top_log_probs: float32 [B, 2K], their log-probabilities.
+    ends: bool [B, 2K], whether each candidate ends in EOS.
+    step: int32 scalar, the position of the candidates' last token.
+    alpha: length-penalty exponent.
+    beam_size: K.
+
+  Returns:
+    finished_ids: int32 [B, K, L], the K best finished hypotheses.
+    finished_scores: float32 [B, K], their scores, descending.
+  """
+  new_scores = tf.where(ends, top_log_probs / length_penalty(step + 1, alpha), _NEG_INF)
+  scores = tf.concat([finished_scores, new_scores], axis=1)  # -> [B, 3K]
+  finished_scores, keep = tf.math.top_k(scores, k=beam_size)
+  finished_ids = _gather_beams(tf.concat([finished_ids, top_ids], axis=1), keep)
+  return finished_ids, finished_scores
+
+
+def _keep_frozen(frozen, new, old):
+  """Each tensor of `new`, with the rows of the `frozen` sentences (bool [B]) taken from the
+  tensor of `old` in its place (both [B, ...])."""
+  return tuple(tf.where(tf.reshape(frozen, [-1] + [1] * (n.shape.rank - 1)), o, n)
+               for n, o in zip(new, old))
+
+
+def _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, limits,
+                     alpha: float, batch, beam_size: int):
+  """The K best finished hypotheses of each sentence, completed by its best live ones.
+
+  Args:
+    finished_ids: int32 [B, K, L], the finished hypotheses.
+    finished_scores: float32 [B, K], their scores (-inf: none).
+    alive_ids: int32 [B, K, L], the live hypotheses.
+    alive_log_probs: float32 [B, K], their log-probabilities.
+    limits: int32 [B], each sentence's maximum length, the live ones' penalty length.
+    alpha: length-penalty exponent.
+    batch: int32 scalar, B.
+    beam_size: K.
+
+  Returns:
+    ids: int32 [B, K, L], the tokens of each hypothesis, best first.
+    scores: float32 [B, K], their normalized log-probabilities, descending.
+  """
+  k = beam_size
+  alive_scores = alive_log_probs / length_penalty(limits[:, tf.newaxis], alpha)
+  scores = tf.concat([finished_scores, alive_scores], axis=1)  # -> [B, 2K]
+  ids = tf.concat([finished_ids, alive_ids], axis=1)  # -> [B, 2K, L]
+  is_finished = tf.concat([tf.fill([batch, k], True), tf.fill([batch, k], False)], axis=1)
+  # finished ones first (a live hypothesis is only a stand-in), then by score
+  rank = tf.where(is_finished & (scores > _NEG_INF / 2), scores, scores + 2 * _NEG_INF)
+  _, order = tf.math.top_k(rank, k=k)
+  return _gather_beams(ids, order), _gather_beams(scores, order)
+
+
 def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
                 max_decode_length, eos_id: int, min_length=0, buffer_length=None):
   """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
@@ -103,24 +286,10 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
   min_length = tf.convert_to_tensor(min_length, tf.int32)
   k = beam_size
 
-  cache = tf.nest.map_structure(lambda t: _flatten_beam(_expand_to_beam(t, k)), initial_cache)
-  alive_ids = tf.zeros([batch, k, buffer_length], tf.int32)
-  # only the first copy of each sentence is live at step 0, or K copies would fill the beam
-  alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (k - 1)], [batch, 1])
-  finished_ids = tf.zeros([batch, k, buffer_length], tf.int32)
-  finished_scores = tf.fill([batch, k], _NEG_INF)
-  last_ids = _expand_to_beam(initial_ids, k)  # -> [B, K]
-
-  def sentences_done(step, alive_log_probs, finished_scores):
-    """bool [B]: past its limit, or no live hypothesis can still beat its worst finished one."""
-    best_possible = alive_log_probs[:, 0] / length_penalty(limits, alpha)
-    worst_finished = tf.reduce_min(finished_scores, axis=1)
-    return (best_possible < worst_finished) | (step >= limits)
-
   def not_done(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
                finished_scores):
-    return tf.logical_not(tf.reduce_all(sentences_done(step, alive_log_probs,
-                                                       finished_scores)))
+    done = _sentences_done(step, limits, alive_log_probs, finished_scores, alpha)
+    return tf.logical_not(tf.reduce_all(done))
 
   def body(*state):
     # gathers and reshapes lose static dims; the loop needs each state's shape kept
@@ -131,58 +300,21 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
                 finished_scores):
     frozen = step >= limits  # [B]: these sentences keep their hypotheses as they are
     old = (alive_ids, alive_log_probs, finished_ids, finished_scores)
-    logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
-    logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
-    vocab_size = tf.shape(logits)[-1]
-    eos_column = tf.one_hot(eos_id, vocab_size, on_value=_NEG_INF, off_value=0.0)
-    allowed = tf.cond(step + 1 < min_length, lambda: logits + eos_column, lambda: logits)
-    # 2K candidates: even if K of them end in EOS, K live ones remain. The 2K best of a
-    # sentence are among the 2K best of each of its hypotheses, so each row is cut to its 2K
-    # best first, and log_softmax (a shift of a row) is applied to those alone.
-    per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
-    row_logits, row_tokens = _top_k_rows(allowed, per_row)  # -> [B * K, 2K]
-    row_log_probs = row_logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
-    log_probs = _unflatten_beam(row_log_probs, batch, k) + alive_log_probs[:, :, tf.newaxis]
-    flat = tf.reshape(log_probs, [batch, -1])  # -> [B, K * 2K]
-    top_log_probs, top_indices = tf.math.top_k(flat, k=2 * k)  # -> [B, 2K]
-    top_beams = top_indices // per_row
-    top_tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), top_indices, batch_dims=1)
-    position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
-    top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
+    top_ids, top_log_probs, top_tokens, top_beams, cache = _grow_alive(
+        symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, batch=batch,
+        beam_size=k, eos_id=eos_id, min_length=min_length, buffer_length=buffer_length)
     ends = tf.equal(top_tokens, eos_id)
-
-    # live: the K best candidates that did not end
-    alive_candidates = tf.where(ends, _NEG_INF, top_log_probs)
-    alive_log_probs, keep = tf.math.top_k(alive_candidates, k=k)  # -> [B, K]
-    alive_ids = _gather_beams(top_ids, keep)
-    last_ids = _gather_beams(top_tokens, keep)
-    cache = tf.nest.map_structure(
-        lambda t: _flatten_beam(_gather_beams(_unflatten_beam(t, batch, k),
-                                              _gather_beams(top_beams, keep))), cache)
-
-    # finished: merge the candidates that ended with the K finished so far, keep the K best
-    new_scores = tf.where(ends, top_log_probs / length_penalty(step + 1, alpha), _NEG_INF)
-    scores = tf.concat([finished_scores, new_scores], axis=1)  # -> [B, 3K]
-    finished_scores, keep = tf.math.top_k(scores, k=k)
-    finished_ids = _gather_beams(tf.concat([finished_ids, top_ids], axis=1), keep)
-    alive_ids, alive_log_probs, finished_ids, finished_scores = (
-        tf.where(tf.reshape(frozen, [-1] + [1] * (new.shape.rank - 1)), previous, new)
-        for new, previous in zip((alive_ids, alive_log_probs, finished_ids, finished_scores),
-                                 old))
+    last_ids, alive_ids, alive_log_probs, cache = _choose_alive(
+        top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch, k)
+    finished_ids, finished_scores = _merge_finished(
+        finished_ids, finished_scores, top_ids, top_log_probs, ends, step, alpha, k)
+    alive_ids, alive_log_probs, finished_ids, finished_scores = _keep_frozen(
+        frozen, (alive_ids, alive_log_probs, finished_ids, finished_scores), old)
     return (step + 1, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
             finished_scores)
 
-  state = (tf.constant(0), last_ids, alive_ids, alive_log_probs, cache, finished_ids,
-           finished_scores)
+  state = _initial_state(initial_ids, initial_cache, batch, k, buffer_length)
   _, _, alive_ids, alive_log_probs, _, finished_ids, finished_scores = tf.while_loop(
       not_done, body, state)
-
-  # sentences short of K finished hypotheses take their best live ones (scored likewise)
-  alive_scores = alive_log_probs / length_penalty(limits[:, tf.newaxis], alpha)
-  scores = tf.concat([finished_scores, alive_scores], axis=1)  # -> [B, 2K]
-  ids = tf.concat([finished_ids, alive_ids], axis=1)
-  is_finished = tf.concat([tf.fill([batch, k], True), tf.fill([batch, k], False)], axis=1)
-  # finished ones first (a live hypothesis is only a stand-in), then by score
-  rank = tf.where(is_finished & (scores > _NEG_INF / 2), scores, scores + 2 * _NEG_INF)
-  _, order = tf.math.top_k(rank, k=k)
-  return _gather_beams(ids, order), _gather_beams(scores, order)
+  return _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, limits,
+                          alpha, batch, k)

@@ -1,21 +1,22 @@
-"""Every command-line flag, grouped by concern, and the frozen configs built from them.
+"""The flags every tool shares, grouped by concern, and the frozen configs built from them.
 
-Library code never reads FLAGS: the CLIs call `from_flags()` once and pass the configs down.
-All CLIs import this module, so one flagfile serves training, translation and export. It
-imports no TensorFlow, so a CLI that needs none (the download) starts at once.
+Library code never reads FLAGS: the tools call `*_config_from_flags()` once and pass the configs
+down. Every tool imports this module, so one flagfile (flags/) serves training, translation,
+evaluation and export; a flag only one tool reads is defined with that tool
+(tf_transformer/bin). It imports no TensorFlow.
 """
 
 import dataclasses
 
 from absl import flags
 
-from tf_transformer.console import UserError
+from common.errors import UserError
 
 # ---------------------------------------------------------------- data
 flags.DEFINE_string("data_dir", None, "Folder of the corpus files {prefix}.{lang}[.gz].")
 flags.DEFINE_string("dataset", "",
                     "tfds:NAME[/CONFIG]: a TFDS translation dataset (public, e.g. "
-                    "tfds:wmt14_translate/de-en, or built by tf_transformer.build_dataset) "
+                    "tfds:wmt14_translate/de-en, or built by build_dataset) "
                     "instead of "
                     "--data_dir; its train/validation/test splits are used.")
 flags.DEFINE_string("tfds_data_dir", None, "Where TFDS datasets are stored (default: TFDS's).")
@@ -116,7 +117,7 @@ flags.DEFINE_bool("jit_compile", False,
                   "XLA-compile the train step (static shapes: one compilation per length "
                   "bucket; needs --noskip_padding: real-token rows have data-dependent shapes).")
 
-# ---------------------------------------------------------------- decoding
+# ---------------------------------------------------------------- decoding and inference
 flags.DEFINE_integer("beam_size", 4, "Beam size of translation and export (1: greedy).",
                      lower_bound=1)
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
@@ -125,60 +126,18 @@ flags.DEFINE_integer("nbest", 1, "Hypotheses printed per sentence by translate (
 flags.DEFINE_bool("decode_jit", False,
                   "XLA-compile the search (batches padded to shape buckets, each compiled once "
                   "in a few seconds; 2.5-3x faster one sentence at a time, ~1.1-1.3x in batches "
-                  "of 32). Default true for export.saved_model, false elsewhere.")
-flags.DEFINE_string("saved_model", None, "Translate with this exported SavedModel version folder.")
-flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
-flags.DEFINE_string("output", None, "Where translations go (default: stdout).")
+                  "of 32). Default true for export_saved_model, false elsewhere.")
+flags.DEFINE_string("saved_model", None,
+                    "Translate with this exported SavedModel version folder (translate, "
+                    "evaluate).")
+flags.DEFINE_string("output", None, "Where translate's translations go (default: stdout), or "
+                    "evaluate's hypotheses (default: hypotheses.txt).")
 flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.", lower_bound=1)
-flags.DEFINE_bool("stream", False,
-                  "translate: answer each input line as soon as it is read (the default when "
-                  "stdin is a terminal) instead of reading all, sorting by length and batching.")
-flags.DEFINE_bool("score", False,
-                  "translate: score the translations of --targets (line-aligned with --input) "
-                  "instead of translating; prints 'score ||| target' lines.")
-flags.DEFINE_string("targets", None, "translate --score: the translations to score, one a line.")
-flags.DEFINE_bool("print_alignment", False,
-                  "translate: append ' ||| ' and the hard alignment 'src-tgt ...' (0-based "
-                  "subword piece indices, from the align signature) to each translation.")
-
-# ---------------------------------------------------------------- files of the other CLIs
-flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path "
-                    "(export.saved_model).")
-flags.DEFINE_string("output_dir", None, "The CTranslate2 model folder (export.ctranslate2).")
-flags.DEFINE_enum("quantization", "float32",
-                  ["float32", "int8", "int8_float32", "int16", "float16", "bfloat16"],
-                  "Weight type of the CTranslate2 export (export.ctranslate2).")
-flags.DEFINE_string("out", None, "Output folder: of the download (default: data/<dataset>), "
-                    "of the TFDS dataset tf_transformer.build_dataset writes, or of "
-                    "tf_transformer.split_corpus's train/dev/test files.")
-flags.DEFINE_string("base_url", None, "Overrides the URL the dataset files are fetched from.")
-flags.DEFINE_string("src", None, "A source-side text file (plain or .gz): the test set of "
-                    "evaluate, the training corpus of tf_transformer.build_dataset, the corpus "
-                    "tf_transformer.split_corpus splits.")
-flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src (evaluate).")
-flags.DEFINE_string("tgt", None, "The target side of --src (tf_transformer.build_dataset, "
-                    "tf_transformer.split_corpus).")
-flags.DEFINE_string("dev_src", None, "Dev source file of tf_transformer.build_dataset (optional).")
-flags.DEFINE_string("dev_tgt", None, "Dev target file of tf_transformer.build_dataset.")
-flags.DEFINE_string("test_src", None,
-                    "Test source file of tf_transformer.build_dataset (optional).")
-flags.DEFINE_string("test_tgt", None, "Test target file of tf_transformer.build_dataset.")
-flags.DEFINE_string("name", None, "Name of the TFDS dataset tf_transformer.build_dataset writes.")
-flags.DEFINE_integer("dev_size", None, "Pairs tf_transformer.split_corpus holds out for dev.",
-                     lower_bound=1)
-flags.DEFINE_integer("test_size", None, "Pairs tf_transformer.split_corpus holds out for test.",
-                     lower_bound=1)
-flags.DEFINE_list("extra_src", [], "Source files tf_transformer.split_corpus adds to train "
-                  "(comma-separated; pairs with a held-out source are left out).")
-flags.DEFINE_list("extra_tgt", [], "The target sides of --extra_src, in the same order.")
 flags.DEFINE_string("checkpoint", "best",
                     "The checkpoint of --model_dir that translate, evaluate and the exports load: "
                     "best (by dev BLEU; else the latest), latest, average (written by "
-                    "tf_transformer.average_checkpoints), ema (the moving average of a run with "
-                    "--ema_decay, as of its latest checkpoint) or a checkpoint path such as "
-                    "models/x/ckpt-2000.")
-flags.DEFINE_integer("last", None, "tf_transformer.average_checkpoints averages the weights of "
-                     "this many newest training checkpoints of --model_dir.", lower_bound=1)
+                    "average_checkpoints), ema (the moving average of a run with --ema_decay, as "
+                    "of its latest checkpoint) or a checkpoint path such as models/x/ckpt-2000.")
 
 FLAGS = flags.FLAGS
 

@@ -8,8 +8,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from data_pipeline.progress import ProgressBar
-from tf_transformer import attention_plot, metrics, model_dir
+from common import files
+from common.progress import ProgressBar
+from tf_transformer import attention_plot, checkpoints, metrics
 from tf_transformer.train_step import all_finite
 from tf_transformer.inference import translate_texts
 from tf_transformer.translator import Translator
@@ -135,13 +136,13 @@ class Evaluator:
     if not pairs:
       return {}
     if self.best_manager.latest_checkpoint:
-      model_dir.restore(self.best_manager.checkpoint, self.best_manager.latest_checkpoint)
+      checkpoints.restore(self.best_manager.checkpoint, self.best_manager.latest_checkpoint)
     sources, references = zip(*pairs)
     hypotheses = self.translate(list(sources), "test")
     bleu, signature = metrics.corpus_bleu(hypotheses, list(references))
     chrf, chrf_signature = metrics.corpus_chrf(hypotheses, list(references))
     path = os.path.join(output_dir, "test_hypotheses.txt")
-    with tf.io.gfile.GFile(path, "w") as f:
+    with files.atomic_file(path) as f:
       f.write("".join(h + "\n" for h in hypotheses))
     with self.writer.as_default(step=step):
       tf.summary.scalar("test_bleu", bleu.score)

@@ -8,7 +8,11 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.model_dir import ModelDirError, load_for_inference
+from data_pipeline import tokenizer
+from tf_transformer import checkpoints
+from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.model import build_model
+from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import Translator
 
 
@@ -27,6 +31,29 @@ class InferenceFunctions:
   score: Callable
   align: Callable
   count_tokens: Callable
+
+
+def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint: str = "best"):
+  """The trained model at a checkpoint of `model_dir`, and its vocabulary.
+
+  Args:
+    checkpoint: best, latest, average, ema or a checkpoint path (checkpoints.choose_checkpoint).
+
+  Returns:
+    (Transformer, tokenizer.Vocabulary, the step of the checkpoint loaded).
+  """
+  model_dir_lib.check_exists(model_dir)
+  model_config = model_dir_lib.read_config(model_dir)
+  paths = tokenizer.vocabulary_paths(model_dir, model_config.shared_vocab, src_lang,
+                                     tgt_lang)
+  for path in paths:
+    if not tf.io.gfile.exists(path):
+      raise ModelDirError(f"{path}: no such file (check --src_lang/--tgt_lang)")
+  vocabulary = tokenizer.load_vocabulary(*paths)
+  path = checkpoints.choose_checkpoint(model_dir, checkpoint)
+  model = build_model(model_config)
+  checkpoints.restore(tf.train.Checkpoint(model=model), path, partial=True)
+  return model, vocabulary, checkpoints.checkpoint_step(path)
 
 
 def count_words(texts: list[str], side: str = "source") -> list[int]:
@@ -196,7 +223,7 @@ def load_inference(saved_model: str | None, model_dir: str | None, src_lang: str
 
   With a SavedModel, the search and alpha are the ones fixed at export, and tokens are counted
   as words (`count_words`); with a model directory, they are `decode_config`'s (at `checkpoint`:
-  best, latest, average or a checkpoint path, see model_dir.choose_checkpoint; None: best), and
+  best, latest, average or a checkpoint path, see checkpoints.choose_checkpoint; None: best), and
   tokens are the real subword tokens (truncated to max_length on the source side) + </s>.
 
   Raises:

@@ -4,7 +4,6 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from data_pipeline.token_ids import PAD_ID
 
 
 class _LossTerms(NamedTuple):
@@ -118,7 +117,7 @@ def token_statistics(logits, labels, label_smoothing: float, weights=None):
 # at an 8,000-piece vocabulary; bounded so the loss never holds a [tokens, vocab] tensor.
 _CHUNK_LOGITS = 1 << 21
 # ... but never fewer tokens than this: at a 32,000-piece vocabulary 2M logits are 65 tokens,
-# and matmuls over so few rows ran 13% slower (bench/NOTES.md).
+# and matmuls over so few rows ran 13% slower (docs/notes.md).
 _MIN_CHUNK_TOKENS = 256
 
 

@@ -1,9 +1,12 @@
 """The Transformer encoder-decoder as a Keras model with `encode`, `decode` and `decode_step`."""
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
 from data_pipeline.token_ids import PAD_ID
+from tf_transformer.config import ModelConfig
 from tf_transformer.layers import attention_bias
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.dropout import Dropout
@@ -198,3 +201,12 @@ class Transformer(keras.Model):
                   target_vocab_size=self.target_vocab_size, shared_vocab=self.shared_vocab,
                   d_model=self.d_model, skip_padding=self.skip_padding, **self.stack_args)
     return config
+
+
+def build_model(config: ModelConfig, dtype=None) -> Transformer:
+  """The Transformer of `config`, its variables created.
+
+  Args:
+    dtype: a Keras dtype policy name ("mixed_bfloat16", ...); None: float32.
+  """
+  return Transformer(**dataclasses.asdict(config), dtype=dtype)

@@ -55,6 +55,199 @@ def all_finite(variables) -> bool:
              if tf.as_dtype(v.dtype).is_floating)
 
 
+def _batch_shape(batch):
+  """int32 [2]: the (rows, length) of a batch of int32 [rows, length] tensors."""
+  return tf.stack([tf.shape(batch[0])[0], tf.shape(batch[0])[1]])
+
+
+def _scales_loss(optimizer) -> bool:
+  """Whether `optimizer` scales the loss (mixed_float16) and unscales the gradients itself."""
+  return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def _gradients_fn(model, optimizer, variables, label_smoothing: float, jit_compile: bool):
+  """The replica's forward and backward pass over one batch, XLA-compiled with `jit_compile`.
+
+  Returns:
+    fn(batch, loss_weight=1.0) -> (gradients, stats). `batch`: (source_ids, target_input_ids,
+    target_ids) int32 [rows, length]; `loss_weight`: float32 scalar. `gradients`: for each of
+    `variables`, shaped as it (an embedding's may be IndexedSlices), the gradient of
+    loss_weight * the batch's summed loss (times the loss scale, if the optimizer has one).
+    `stats`: dict of float32 scalars from `losses.batch_statistics`, unweighted.
+  """
+  scales_loss = _scales_loss(optimizer)
+
+  def gradients_of(batch, loss_weight=1.0):
+    """The gradients of loss_weight * the batch's summed loss, and its statistics."""
+    with tf.GradientTape() as tape:
+      stats = losses.batch_statistics(model, batch, label_smoothing)
+      loss = stats["loss"] * loss_weight
+      loss = optimizer.scale_loss(loss) if scales_loss else loss
+    return tape.gradient(loss, variables), stats
+
+  if jit_compile:
+    gradients_of = tf.function(gradients_of, jit_compile=True)
+  return gradients_of
+
+
+def _inverse_step_tokens(local_tokens):
+  """Replica fn: float32 scalar 1 / the step's target tokens (all replicas'), from this
+  replica's count `local_tokens` (float32 scalar); 1 when the step has none."""
+  tokens = tf.distribute.get_replica_context().all_reduce("sum", local_tokens)
+  return 1.0 / tf.maximum(tokens, 1.0)
+
+
+def _step_gradient(gradients, optimizer, clip_norm: float):
+  """Replica fn: the step's gradient from every replica's part, the same on every replica.
+
+  Args:
+    gradients: this replica's part, one tensor (or IndexedSlices) per variable, already
+      divided by the step's tokens (and loss-scaled if the optimizer scales the loss).
+    optimizer: its dynamic scale, if it has one, unscales the norm.
+    clip_norm: the global norm the sum is scaled down to when it is longer; 0: no clipping.
+
+  Returns:
+    gradients: the sum over replicas, clipped, one per variable as given; norm: float32
+    scalar, its (unscaled) global norm before clipping; clipped: float32 scalar, 1.0 if
+    clipping shortened it, else 0.0.
+  """
+  gradients = tf.distribute.get_replica_context().all_reduce("sum", gradients)
+  norm = _global_norm(gradients)
+  if _scales_loss(optimizer):
+    norm /= tf.cast(optimizer.dynamic_scale, tf.float32)
+  clipped = tf.constant(0.0)
+  if clip_norm > 0:
+    clipped = tf.cast(norm > clip_norm, tf.float32)
+    factor = tf.where(norm > clip_norm, clip_norm / norm, 1.0)
+    gradients = [_scaled(g, factor) for g in gradients]
+  return gradients, norm, clipped
+
+
+def _apply_if_finite(strategy, optimizer, variables, step_gradient, loss):
+  """Cross-replica: applies the step gradient unless it or the loss is not finite.
+
+  Every replica takes the same branch: the gradient and its norm are the same on all of them.
+
+  Args:
+    step_gradient: per-replica (gradients, norm, clipped), from `_step_gradient`.
+    loss: float32 scalar, the step's summed loss over replicas.
+
+  Returns:
+    dict of float32 scalars: "finite", 1.0 if the update was applied, else 0.0; "grad_norm",
+    the norm before clipping; "clipped", 1.0 if clipping fired.
+  """
+  gradients, norm, clipped = step_gradient
+  norm = strategy.reduce("mean", norm, axis=None)
+  finite = tf.math.is_finite(loss) if _scales_loss(optimizer) else (
+      tf.math.is_finite(loss) & tf.math.is_finite(norm))
+
+  def apply(gradients):
+    optimizer.apply_gradients(zip(gradients, variables))
+
+  if finite:
+    strategy.run(apply, args=(gradients,))
+  return {"finite": tf.cast(finite, tf.float32), "grad_norm": norm,
+          "clipped": strategy.reduce("mean", clipped, axis=None)}
+
+
+def _single_batch_step(strategy, optimizer, variables, gradients_of, local_replicas: int,
+                       clip_norm: float):
+  """The compiled step of one batch per worker (`update_freq` 1).
+
+  Args:
+    gradients_of: from `_gradients_fn`.
+    local_replicas: the replicas of this worker, which share its batch.
+
+  Returns:
+    The `make_train_step` fn(iterator) -> dict of float32 scalars, "shapes" int32 [1, 2]. Each
+    replica computes the gradient of its rows of the batch (int32 [rows, length] each).
+  """
+
+  def replica_gradient(*batch):
+    batch = _replica_slice(batch, local_replicas)
+    # the step's tokens are known before its forward pass: weighting the loss by their
+    # inverse scales the gradient for free, instead of a pass over every gradient after
+    weight = _inverse_step_tokens(_target_tokens(batch))
+    gradients, stats = gradients_of(batch, weight)
+    return _step_gradient(gradients, optimizer, clip_norm), stats
+
+  @tf.function
+  def train_step(iterator):
+    batch = next(iterator)
+    gradient, stats = strategy.run(replica_gradient, args=batch)
+    stats = {key: strategy.reduce("sum", value, axis=None) for key, value in stats.items()}
+    update = _apply_if_finite(strategy, optimizer, variables, gradient, stats["loss"])
+    return dict(stats, **update, shapes=_batch_shape(batch)[tf.newaxis])
+
+  return train_step
+
+
+def _accumulators(strategy, variables):
+  """Zeroed ON_READ variables, one value per replica: the sums of the replica's gradients,
+  shaped as `variables` (dense), and of its target tokens (a float32 scalar)."""
+  with strategy.scope():
+    sums = [tf.Variable(tf.zeros_like(v), trainable=False,
+                        synchronization=tf.VariableSynchronization.ON_READ,
+                        aggregation=tf.VariableAggregation.SUM) for v in variables]
+    local_tokens = tf.Variable(0.0, trainable=False,
+                               synchronization=tf.VariableSynchronization.ON_READ,
+                               aggregation=tf.VariableAggregation.SUM)
+  return sums, local_tokens
+
+
+def _accumulating_step(strategy, optimizer, variables, gradients_of, local_replicas: int,
+                       clip_norm: float, update_freq: int):
+  """The compiled step of `update_freq` > 1 batches per worker, one update.
+
+  Each replica sums its gradients (dense, shaped as `variables`) and its target tokens (a
+  float32 scalar) over the batches, and scales the sums once the step's tokens are known.
+
+  Args:
+    gradients_of: from `_gradients_fn`.
+    local_replicas: the replicas of this worker, which share its batches.
+
+  Returns:
+    The `make_train_step` fn(iterator) -> dict of float32 scalars, "shapes" int32
+    [update_freq, 2].
+  """
+  sums, local_tokens = _accumulators(strategy, variables)
+
+  def replica_accumulate(*batch):
+    gradients, stats = gradients_of(_replica_slice(batch, local_replicas))
+    for total, gradient in zip(sums, gradients):
+      total.assign_add(tf.convert_to_tensor(gradient))
+    local_tokens.assign_add(stats["tokens"])
+    return stats
+
+  def replica_sum_gradient():
+    # the step's tokens are known only after its last batch: its sums are scaled here
+    scale = _inverse_step_tokens(local_tokens.read_value())
+    return _step_gradient([_scaled(total.read_value(), scale) for total in sums], optimizer,
+                          clip_norm)
+
+  def replica_reset():
+    for total in sums:
+      total.assign(tf.zeros_like(total))
+    local_tokens.assign(0.0)
+
+  @tf.function
+  def train_step(iterator):
+    totals = dict.fromkeys(("loss", "nll", "correct", "tokens"), tf.constant(0.0))
+    shapes = tf.TensorArray(tf.int32, size=update_freq)
+    for i in tf.range(update_freq):
+      batch = next(iterator)
+      stats = strategy.run(replica_accumulate, args=batch)
+      totals = {key: totals[key] + strategy.reduce("sum", stats[key], axis=None)
+                for key in totals}
+      shapes = shapes.write(i, _batch_shape(batch))
+    gradient = strategy.run(replica_sum_gradient)
+    update = _apply_if_finite(strategy, optimizer, variables, gradient, totals["loss"])
+    strategy.run(replica_reset)
+    return dict(totals, **update, shapes=shapes.stack())
+
+  return train_step
+
+
 def make_train_step(model, optimizer, strategy, label_smoothing: float, update_freq: int = 1,
                     jit_compile: bool = False, clip_norm: float = 0.0):
   """The compiled training step: `update_freq` batches per worker, one optimizer update.
@@ -85,111 +278,9 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
   """
   variables = model.trainable_variables
   local_replicas = strategy.num_replicas_in_sync // worker_info(strategy)[0]
-  scales_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-
-  def gradients_of(batch, loss_weight=1.0):
-    """The gradients of loss_weight * the batch's summed loss, and its statistics."""
-    with tf.GradientTape() as tape:
-      stats = losses.batch_statistics(model, batch, label_smoothing)
-      loss = stats["loss"] * loss_weight
-      loss = optimizer.scale_loss(loss) if scales_loss else loss
-    return tape.gradient(loss, variables), stats
-
-  if jit_compile:
-    gradients_of = tf.function(gradients_of, jit_compile=True)
-
-  def inverse_step_tokens(local_tokens):
-    """Replica fn: 1 / the step's target tokens (all replicas'), given this replica's."""
-    tokens = tf.distribute.get_replica_context().all_reduce("sum", local_tokens)
-    return 1.0 / tf.maximum(tokens, 1.0)
-
-  def step_gradient(gradients):
-    """Replica fn: the step's gradient from every replica's part (each already divided by the
-    step's tokens), clipped, with its norm before clipping and whether clipping fired; the
-    same on every replica."""
-    gradients = tf.distribute.get_replica_context().all_reduce("sum", gradients)
-    norm = _global_norm(gradients)
-    if scales_loss:
-      norm /= tf.cast(optimizer.dynamic_scale, tf.float32)
-    clipped = tf.constant(0.0)
-    if clip_norm > 0:
-      clipped = tf.cast(norm > clip_norm, tf.float32)
-      factor = tf.where(norm > clip_norm, clip_norm / norm, 1.0)
-      gradients = [_scaled(g, factor) for g in gradients]
-    return gradients, norm, clipped
-
-  def apply(gradients):
-    optimizer.apply_gradients(zip(gradients, variables))
-
-  def update(gradients, loss):
-    """Applies the (per-replica, all-equal) step gradient unless it or the loss is not finite:
-    every replica takes the same branch. Returns the "finite" statistic."""
-    gradients, norm, clipped = gradients
-    norm = strategy.reduce("mean", norm, axis=None)
-    finite = tf.math.is_finite(loss) if scales_loss else (
-        tf.math.is_finite(loss) & tf.math.is_finite(norm))
-    if finite:
-      strategy.run(apply, args=(gradients,))
-    return {"finite": tf.cast(finite, tf.float32), "grad_norm": norm,
-            "clipped": strategy.reduce("mean", clipped, axis=None)}
-
-  def shape_of(batch):
-    return tf.stack([tf.shape(batch[0])[0], tf.shape(batch[0])[1]])
-
+  gradients_of = _gradients_fn(model, optimizer, variables, label_smoothing, jit_compile)
   if update_freq == 1:
-    def replica_gradient(*batch):
-      batch = _replica_slice(batch, local_replicas)
-      # the step's tokens are known before its forward pass: weighting the loss by their
-      # inverse scales the gradient for free, instead of a pass over every gradient after
-      gradients, stats = gradients_of(batch, inverse_step_tokens(_target_tokens(batch)))
-      return step_gradient(gradients), stats
-
-    @tf.function
-    def train_step(iterator):
-      batch = next(iterator)
-      gradient, stats = strategy.run(replica_gradient, args=batch)
-      stats = {key: strategy.reduce("sum", value, axis=None) for key, value in stats.items()}
-      return dict(stats, **update(gradient, stats["loss"]), shapes=shape_of(batch)[tf.newaxis])
-
-    return train_step
-
-  with strategy.scope():
-    sums = [tf.Variable(tf.zeros_like(v), trainable=False,
-                        synchronization=tf.VariableSynchronization.ON_READ,
-                        aggregation=tf.VariableAggregation.SUM) for v in variables]
-    local_tokens = tf.Variable(0.0, trainable=False,
-                               synchronization=tf.VariableSynchronization.ON_READ,
-                               aggregation=tf.VariableAggregation.SUM)
-
-  def replica_accumulate(*batch):
-    gradients, stats = gradients_of(_replica_slice(batch, local_replicas))
-    for total, gradient in zip(sums, gradients):
-      total.assign_add(tf.convert_to_tensor(gradient))
-    local_tokens.assign_add(stats["tokens"])
-    return stats
-
-  def replica_sum_gradient():
-    # the step's tokens are known only after its last batch: its sums are scaled here
-    scale = inverse_step_tokens(local_tokens.read_value())
-    return step_gradient([_scaled(total.read_value(), scale) for total in sums])
-
-  def replica_reset():
-    for total in sums:
-      total.assign(tf.zeros_like(total))
-    local_tokens.assign(0.0)
-
-  @tf.function
-  def train_step(iterator):
-    totals = dict.fromkeys(("loss", "nll", "correct", "tokens"), tf.constant(0.0))
-    shapes = tf.TensorArray(tf.int32, size=update_freq)
-    for i in tf.range(update_freq):
-      batch = next(iterator)
-      stats = strategy.run(replica_accumulate, args=batch)
-      totals = {key: totals[key] + strategy.reduce("sum", stats[key], axis=None)
-                for key in totals}
-      shapes = shapes.write(i, shape_of(batch))
-    results = update(strategy.run(replica_sum_gradient), totals["loss"])
-    strategy.run(replica_reset)
-    return dict(totals, **results, shapes=shapes.stack())
-
-  return train_step
+    return _single_batch_step(strategy, optimizer, variables, gradients_of, local_replicas,
+                              clip_norm)
+  return _accumulating_step(strategy, optimizer, variables, gradients_of, local_replicas,
+                            clip_norm, update_freq)

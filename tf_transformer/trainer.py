@@ -13,11 +13,11 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from data_pipeline.progress import ProgressBar
-from tf_transformer import model_dir, runtime
-from tf_transformer.console import UserError
+from common.errors import UserError
+from common.progress import ProgressBar
+from tf_transformer import checkpoints, model_dir, runtime
 from tf_transformer.evaluator import Evaluator
-from tf_transformer.model import Transformer
+from tf_transformer.model import build_model
 from tf_transformer.optimizer import make_optimizer
 from tf_transformer.train_step import all_finite, make_train_step
 
@@ -281,7 +281,7 @@ def create_model(model_config, train_config, strategy):
     raise ValueError("create_model needs a resolved precision: see runtime.resolve_precision")
   policy = None if precision == "float32" else precision
   with strategy.scope():
-    model = Transformer(**dataclasses.asdict(model_config), dtype=policy)
+    model = build_model(model_config, dtype=policy)
     optimizer = make_optimizer(model_config, train_config)
     optimizer.build(model.trainable_variables)
   return model, optimizer
@@ -304,8 +304,8 @@ def create_trainer(data, model_config, train_config, decode_config,
     model_dir.check_config(c.model_dir, model_config)
     model_dir.check_optimizer(c.model_dir, c)
     for folder in (c.model_dir, os.path.join(c.model_dir, "best"),
-                   os.path.join(c.model_dir, model_dir.EMA_DIR)):
-      model_dir.remove_partial_saves(folder)  # and checks its checkpoint state is readable
+                   os.path.join(c.model_dir, checkpoints.EMA_DIR)):
+      checkpoints.remove_partial_saves(folder)  # and checks its checkpoint state is readable
   writers = {name: (tf.summary.create_file_writer(os.path.join(c.model_dir, name))
                     if is_chief else tf.summary.create_noop_writer())
              for name in ("train", "eval")}
@@ -327,12 +327,12 @@ def create_trainer(data, model_config, train_config, decode_config,
   ema_manager = None
   if c.ema_decay:
     ema_manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model), os.path.join(write_dir, model_dir.EMA_DIR), 1,
+        tf.train.Checkpoint(model=model), os.path.join(write_dir, checkpoints.EMA_DIR), 1,
         checkpoint_name="ckpt")
   # every worker resumes from the chief's checkpoint (model_dir is on a shared file system)
-  latest = model_dir.latest_checkpoint(c.model_dir)
+  latest = checkpoints.latest_checkpoint(c.model_dir)
   if latest:
-    model_dir.restore(checkpoint, latest)
+    checkpoints.restore(checkpoint, latest)
     logging.info("resumed from %s at step %d", latest, int(optimizer.iterations.numpy()))
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
                                c.jit_compile, c.clip_norm)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from common import files
 from data_pipeline import public_corpora
 from tests import testutil
 
@@ -63,8 +64,7 @@ def _no_proxy(monkeypatch):
 
 @pytest.fixture(scope="module")
 def multi30k_dir(tmp_path_factory):
-  if not SHARED_MULTI30K.is_dir():
-    pytest.skip(f"{SHARED_MULTI30K} is absent")
+  testutil.shared_data(SHARED_MULTI30K.name)
   out = tmp_path_factory.mktemp("multi30k")
   with _serve(SHARED_MULTI30K) as url:
     paths = public_corpora.download("multi30k", out, base_url=url, progress=False)
@@ -103,7 +103,7 @@ def test_truncated_file_is_rejected(tmp_path):
   assert str(exc.value) == (
       f"{path}: expected 29000 lines, got 3 (corrupt or truncated download)")
   assert not os.path.exists(path)
-  assert not [f for f in os.listdir(out) if f.endswith(".part")]
+  assert not [f for f in os.listdir(out) if files.TEMPORARY_MARK in f]
 
 
 def test_not_gzip_is_rejected(tmp_path):
@@ -177,12 +177,11 @@ def test_iwslt15_wrong_line_count_is_rejected(tmp_path, monkeypatch):
   assert str(exc.value) == (
       f"{out / 'tst2013.vi'}: expected 3 lines, got 2 (corrupt or truncated download)")
   assert "tst2013.vi" not in _listing(out)
-  assert not [f for f in _listing(out) if f.endswith(".part")]
+  assert not [f for f in _listing(out) if files.TEMPORARY_MARK in f]
 
 
 def test_iwslt15_real_dev_set(tmp_path, monkeypatch):
-  if not SHARED_IWSLT15.is_dir():
-    pytest.skip(f"{SHARED_IWSLT15} is absent")
+  testutil.shared_data(SHARED_IWSLT15.name)
   served = tmp_path / "served"
   counts = _iwslt15_served(served)
   for name in ("tst2012.en", "tst2012.vi"):  # Real files, with the registry's line counts.
@@ -367,8 +366,7 @@ def _seg_texts(xml):
 
 
 def test_iwslt17_real_dev_and_test_sets(tmp_path, monkeypatch):
-  if not (SHARED_IWSLT17 / "xml").is_dir():
-    pytest.skip(f"{SHARED_IWSLT17 / 'xml'} is absent")
+  testutil.shared_data(SHARED_IWSLT17.name, "xml")
   archives, counts = _synthetic_iwslt17()
   real = {}
   for name, member in IWSLT17.members.items():

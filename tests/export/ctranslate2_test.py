@@ -28,8 +28,7 @@ def _lines(path, count):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-  if not MULTI30K.is_dir():
-    pytest.skip(f"{MULTI30K} is absent")
+  testutil.shared_data(MULTI30K.name)
   folder = tmp_path_factory.mktemp("multi30k")
   for split, count in (("train", 4000), ("val", 50)):
     testutil.write_corpus(folder, split, _lines(MULTI30K / f"{split}.en.gz", count),
@@ -58,7 +57,7 @@ def exported(request, corpus, tmp_path_factory):
   corpus_dir, sources = corpus
   folder = tmp_path_factory.mktemp(f"model_{norm_position}")
   _train(corpus_dir, folder / "model", f"--norm_position={norm_position}", vocab_flag)
-  result = testutil.run_cli("export.ctranslate2", "--flagfile=flags/tiny.cfg",
+  result = testutil.run_cli("tf_transformer.bin.export_ctranslate2", "--flagfile=flags/tiny.cfg",
                             f"--model_dir={folder / 'model'}", f"--output_dir={folder / 'ct2'}",
                             "--src_lang=en", "--tgt_lang=de", timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -74,7 +73,7 @@ def _ours(model_dir, sources, beam_size):
   hypothesis that ended on the way, which may be shorter than the argmax path).
   """
   from tf_transformer import decoding
-  from tf_transformer.model_dir import load_for_inference
+  from tf_transformer.inference import load_for_inference
 
   model, vocabulary, _ = load_for_inference(str(model_dir), "en", "de")
   search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
@@ -135,7 +134,7 @@ def test_greedy_outputs_are_the_same_token_ids(exported):
 def _gnmt_scores(model_dir, sources, outputs):
   """Our model's GNMT-normalized score (alpha 0.6) of each output (ids without EOS)."""
   from tf_transformer import decoding
-  from tf_transformer.model_dir import load_for_inference
+  from tf_transformer.inference import load_for_inference
 
   model, vocabulary, _ = load_for_inference(str(model_dir), "en", "de")
   scores = []

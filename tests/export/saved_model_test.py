@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer import inference
 from tf_transformer.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
@@ -24,7 +24,7 @@ def model_dir(tiny_model_dir):
 
 
 def export(model_dir, export_dir, *args):
-  return testutil.run_cli("export.saved_model", "--flagfile=flags/tiny.cfg",
+  return testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
                           f"--model_dir={model_dir}", f"--export_dir={export_dir}",
                           "--beam_size=2", "--extra_decode_length=5", *args)
 
@@ -130,7 +130,7 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
   result = testutil.run_python(_FRESH_PROCESS, str(exported / "1"), json.dumps(INPUTS), cwd="/")
   assert result.returncode == 0, result.stderr
   loaded = json.loads(result.stdout.strip().splitlines()[-1])
-  model, vocabulary, _ = model_dir_lib.load_for_inference(str(model_dir), "en", "de")
+  model, vocabulary, _ = inference.load_for_inference(str(model_dir), "en", "de")
   module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
                       extra_decode_length=5)
   expected = module.serve(tf.constant(INPUTS))

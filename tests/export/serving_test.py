@@ -96,7 +96,7 @@ def test_failed_export_to_a_uri_leaves_no_partial_version(tmp_path):
   export_dir = f"file://{tmp_path}/model"
   with pytest.raises(TypeError, match="not JSON serializable"):
     serving.save_version(module, signatures, export_dir, 3, {"bad": object()})
-  assert list((tmp_path / "model").iterdir()) == []  # neither 3/ nor the temporary .tmp-3/
+  assert list((tmp_path / "model").iterdir()) == []  # neither 3/ nor its temporary 3.tmp-*/
 
   assert serving.save_version(module, signatures, export_dir, 3, {}) == f"{export_dir}/3"
   assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["3"]

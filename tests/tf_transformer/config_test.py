@@ -59,9 +59,7 @@ def test_task_preset_composes_a_model_preset_and_builds_configs(name):
 @pytest.mark.parametrize("name, folder", [("multi30k_en_de", "multi30k"),
                                           ("multi30k_de_en", "multi30k")])
 def test_shipped_corpora_are_found_and_valid(name, folder):
-  data_dir = os.path.join(testutil.SHARED_DATA, folder)
-  if not os.path.isdir(data_dir):
-    pytest.skip(f"{data_dir} is absent")
+  data_dir = testutil.shared_data(folder)
   testutil.parse_flags(name, f"--data_dir={data_dir}")
   c = config.data_config_from_flags()
   for prefix in (c.train_prefix, c.dev_prefix, c.test_prefix):

@@ -7,13 +7,14 @@ import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer import checkpoints
+from tf_transformer import inference
 from tf_transformer.config import DecodeConfig, TrainConfig
 from tf_transformer.evaluator import Evaluator
 
 
 def _evaluator(tiny_model_dir, tmp_path, test_pairs=(), **train_flags):
-  model, vocabulary, _ = model_dir_lib.load_for_inference(str(tiny_model_dir), "src", "tgt")
+  model, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "src", "tgt")
   data = types.SimpleNamespace(vocabulary=vocabulary, dev_batches=lambda: None,
                                dev_pairs=lambda limit: [], test_pairs=lambda: list(test_pairs))
   config = TrainConfig(model_dir=str(tmp_path), eval_beam_size=1, **train_flags)
@@ -35,7 +36,7 @@ def test_keeps_the_weights_of_the_best_bleu_and_stops_after_patience(tiny_model_
   assert float(evaluator.best_bleu.numpy()) == 12.0
   assert int(evaluator.evals_without_improvement.numpy()) == 2
   assert os.path.basename(evaluator.best_manager.latest_checkpoint) == "ckpt-20"
-  model_dir_lib.restore(evaluator.best_manager.checkpoint, evaluator.best_manager.latest_checkpoint)
+  checkpoints.restore(evaluator.best_manager.checkpoint, evaluator.best_manager.latest_checkpoint)
   np.testing.assert_array_equal(variable.numpy(), 20.0)
 
 

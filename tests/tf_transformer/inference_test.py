@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer import inference
 from tf_transformer.config import DecodeConfig
 from tf_transformer.inference import hard_alignment, load_inference, make_batches, translate_texts
 
@@ -31,7 +31,7 @@ def test_token_batches_translate_like_sentence_batches(tiny_model_dir):
                                           extra_decode_length=4))
   texts = TEXTS
   counts = functions.count_tokens(texts, "source")
-  vocabulary = model_dir_lib.load_for_inference(str(tiny_model_dir), "en", "de")[1]
+  vocabulary = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1]
   pieces = vocabulary.source.tokenize(tf.constant(texts)).row_lengths().numpy()
   assert counts == [min(int(n), 8) + 1 for n in pieces]  # + </s>, truncated at max_length
   batches = []

@@ -282,7 +282,10 @@ def test_gradient_norm_and_clipping_match_a_float64_reference(shared_vocab, clip
   assert float(stats["clipped"]) == (1.0 if clip_factor < 1 else 0.0)
   momentums = [v.numpy() for v in optimizer.variables if "momentum" in v.path]
   for momentum, gradient in zip(momentums, expected):
-    np.testing.assert_allclose(momentum, 0.1 * gradient, rtol=1e-4, atol=1e-9)
+    # float32 sums: an element's error scales with its tensor's largest terms, not with itself
+    # (an element near zero by cancellation misses any relative bound)
+    np.testing.assert_allclose(momentum, 0.1 * gradient, rtol=1e-4,
+                               atol=1e-6 * np.abs(0.1 * gradient).max())
 
 
 def test_global_norm_sums_the_repeated_rows_of_a_sparse_gradient():

@@ -181,7 +181,7 @@ def test_moving_average_of_the_weights(tmp_path):
   """--ema_decay=d: model_dir/ema holds e_1 = w_1, e_t = d e_(t-1) + (1 - d) w_t over the
   weights w_t after each step (read here from a checkpoint per step, averaged in float64),
   while training goes on from w_t itself."""
-  from tf_transformer import model_dir as model_dir_lib
+  from tf_transformer import inference
 
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
   decay, steps, folder = 0.7, 4, str(tmp_path / "model")
@@ -190,7 +190,7 @@ def test_moving_average_of_the_weights(tmp_path):
   run.train()
 
   def weights(checkpoint):
-    model, _, step = model_dir_lib.load_for_inference(folder, "src", "tgt", checkpoint)
+    model, _, step = inference.load_for_inference(folder, "src", "tgt", checkpoint)
     return step, [v.numpy().astype(np.float64) for v in model.trainable_variables]
 
   trained = [weights(f"{folder}/ckpt-{step}")[1] for step in range(1, steps + 1)]

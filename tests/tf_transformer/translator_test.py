@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer import model_dir as model_dir_lib
+from tf_transformer import inference
 from tf_transformer.translator import Translator
 
 # 5 sentences (a batch bucket of 8) of 1 to 9 tokens (a width bucket of 16)
@@ -14,7 +14,7 @@ TEXTS = ["aa", "bb cc dd", "ee ff gg hh ii", "", "jj kk ll mm nn oo pp qq"]
 
 @pytest.fixture(scope="module")
 def model_and_vocabulary(tiny_model_dir):
-  model, vocabulary, _ = model_dir_lib.load_for_inference(str(tiny_model_dir), "en", "de")
+  model, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "en", "de")
   return model, vocabulary
 
 

@@ -1,0 +1,1 @@
+"""Scripts run in the peer systems' environment (../shared/bench/peers/setup.sh)."""

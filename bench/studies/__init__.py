@@ -1,0 +1,1 @@
+"""One-off studies whose result is recorded in docs/notes.md."""

@@ -1,0 +1,40 @@
+"""README.md's layout section is the tree: every path it names exists, and every module of the
+packages, tools and benchmarks is named in it."""
+
+import re
+
+from tests import testutil
+
+FOLDERS = ("common", "data_pipeline", "tf_transformer", "tf_transformer/layers",
+           "tf_transformer/bin", "export", "bench", "bench/kernels", "bench/studies",
+           "bench/peers")
+
+
+def _layout() -> str:
+  readme = (testutil.ROOT / "README.md").read_text()
+  section = readme.split("\n## Layout\n", 1)[1]
+  return section.split("```", 2)[1]
+
+
+def test_every_path_the_layout_names_exists():
+  parents = {}
+  named = []
+  for line in _layout().splitlines():
+    match = re.match(r"^((?:  )?)(\S+\.(?:py|toml)|\S+/)(?:\s|$)", line)  # depth 0 or 1
+    if not match:
+      continue
+    depth, name = len(match.group(1)) // 2, match.group(2)
+    parents[depth] = name
+    named.append("".join(parents[d] if parents[d].endswith("/") else "" for d in range(depth))
+                 + name)
+  assert len(named) > 20, named
+  missing = [path for path in named if not (testutil.ROOT / path).exists()]
+  assert not missing, missing
+
+
+def test_every_module_is_named_in_the_layout():
+  words = set(re.findall(r"[A-Za-z_]\w*", _layout()))
+  unnamed = [f"{folder}/{path.name}" for folder in FOLDERS
+             for path in (testutil.ROOT / folder).glob("*.py")
+             if path.stem != "__init__" and path.stem not in words]
+  assert not unnamed, unnamed

@@ -1,0 +1,206 @@
+"""The training command as a user runs it: one-line errors, interruption, resume, mirrored."""
+
+import json
+import math
+import os
+import re
+import signal
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from data_pipeline import bucketing
+from tests import testutil
+from tf_transformer import inference
+
+
+def write_corpus(folder, lines=200):
+  """train.src/train.tgt: 2-6 words of 13, the target reversed."""
+  words = [[f"w{(i * 7 + j) % 13}" for j in range(2 + i % 5)] for i in range(lines)]
+  testutil.write_corpus(folder, "train", [" ".join(w) for w in words],
+                        [" ".join(reversed(w)) for w in words])
+
+
+def train_args(data_dir, model_dir, *args):
+  return ["--flagfile=flags/tiny.cfg", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+          "--src_lang=src", "--tgt_lang=tgt", "--dev_prefix=", *args]
+
+
+def train(data_dir, model_dir, *args):
+  return testutil.run_cli("tf_transformer.train", *train_args(data_dir, model_dir, *args))
+
+
+def test_mismatched_corpus_is_one_line_error(tmp_path):
+  testutil.write_lines(tmp_path / "train.src", ["a", "b", "c"])
+  testutil.write_lines(tmp_path / "train.tgt.gz", ["x", "y"])
+  result = train(tmp_path, tmp_path / "model")
+  testutil.assert_one_line_error(
+      result, f"error: {tmp_path}/train.src has 3 lines but {tmp_path}/train.tgt.gz has 2; "
+      "parallel files must be line-aligned")
+
+
+def test_missing_flag_is_one_line_error(tmp_path):
+  result = testutil.run_cli("tf_transformer.train", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={tmp_path}")
+  testutil.assert_one_line_error(result, "error: --data_dir is required (the folder of the "
+                                 "corpus files), or --dataset=tfds:NAME")
+
+
+def final_weights(checkpoint):
+  reader = tf.train.load_checkpoint(str(checkpoint))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name.startswith("model/")}
+
+
+def test_interrupt_saves_once_and_rerun_resumes_exactly(tmp_path):
+  write_corpus(tmp_path)
+  process = testutil.start_cli("tf_transformer.train", *train_args(
+      tmp_path, tmp_path / "model", "--train_steps=100000", "--save_every=100000",
+      "--eval_every=100000", "--deterministic"))
+  deadline = time.time() + 240
+  while not list((tmp_path / "model").glob("train/events.*")) and time.time() < deadline:
+    time.sleep(1)  # the event file appears once the trainer is built, just before step 1
+  time.sleep(3)
+  process.send_signal(signal.SIGTERM)
+  time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)  # a second signal while the first one's save runs
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 130, stderr
+  assert "Traceback" not in stderr
+  last = stderr.strip().splitlines()[-1]
+  assert last.startswith("stopped at step ") and "rerun the same command to resume" in last
+  step = int(last.split()[3].rstrip(";"))
+  assert step >= 1
+  assert (tmp_path / "model" / f"ckpt-{step}.index").exists()
+
+  result = train(tmp_path, tmp_path / "model", f"--train_steps={step + 5}", "--deterministic")
+  assert result.returncode == 0, result.stderr
+  assert f"resumed from {tmp_path}/model/ckpt-{step} at step {step}" in result.stderr
+  # the state saved on the signal is the whole state: the resumed run ends where one run ends
+  reference = train(tmp_path, tmp_path / "reference", f"--train_steps={step + 5}",
+                    "--deterministic")
+  assert reference.returncode == 0, reference.stderr
+  resumed = final_weights(tmp_path / "model" / f"ckpt-{step + 5}")
+  for name, value in final_weights(tmp_path / "reference" / f"ckpt-{step + 5}").items():
+    np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
+def test_corrupt_checkpoint_is_one_line_error(tmp_path):
+  write_corpus(tmp_path)
+  assert train(tmp_path, tmp_path / "model", "--train_steps=2").returncode == 0
+  data_file = next((tmp_path / "model").glob("ckpt-2.data-*"))
+  data_file.write_bytes(b"\0" * 64)
+  result = train(tmp_path, tmp_path / "model", "--train_steps=4")
+  assert result.returncode == 1, result.stderr
+  assert "Traceback" not in result.stderr
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"error: {tmp_path}/model/ckpt-2: cannot restore this checkpoint (")
+  assert last.endswith("delete it to resume from an earlier one, or use another --model_dir")
+
+
+def test_mirrored_on_two_logical_cpus(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--train_steps=3", "--distribution=mirrored",
+                 "--num_cpu_devices=2")
+  assert result.returncode == 0, result.stderr
+  assert '"step": 3' in result.stdout
+  assert "strategy: MirroredStrategy with 2 replica(s)" in result.stderr  # logged at start
+
+
+def test_multi_worker_on_two_local_processes(tmp_path):
+  write_corpus(tmp_path)
+  workers = [f"127.0.0.1:{testutil.free_port()}", f"127.0.0.1:{testutil.free_port()}"]
+  processes = []
+  temporary = tmp_path / "tmp"  # where the other worker writes what it must throw away
+  temporary.mkdir()
+  for index in range(2):
+    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    processes.append(testutil.start_cli(
+        "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=3",
+                                            "--save_every=2", "--distribution=multi_worker"),
+        env=dict(os.environ, TF_CONFIG=json.dumps(tf_config), TMPDIR=str(temporary))))
+  outputs = [process.communicate(timeout=400) for process in processes]
+  for process, (_, stderr) in zip(processes, outputs):
+    assert process.returncode == 0, stderr[-3000:]
+  # the chief (worker 0) alone wrote into model_dir; its checkpoint loads
+  assert json.loads((tmp_path / "model" / "results.json").read_text())["step"] == 3
+  assert not list(temporary.glob("worker_*"))  # worker 1's checkpoints were removed
+  checkpoint = str(tmp_path / "model" / "ckpt-3")
+  iterations = [name for name, _ in tf.train.list_variables(checkpoint) if "iterations" in name]
+  assert int(tf.train.load_checkpoint(checkpoint).get_tensor(iterations[0])) == 3
+  model, _, _ = inference.load_for_inference(str(tmp_path / "model"), "src", "tgt")
+  assert model.count_params() > 0
+
+
+def test_xla_compiles_exactly_once_per_bucket(tmp_path):
+  # 1 to 31 words (one subword each, plus EOS): sentences of every bucket up to --max_length
+  words = [[f"w{(i * 7 + j) % 13}" for j in range(1 + i % 31)] for i in range(620)]
+  testutil.write_corpus(tmp_path, "train", [" ".join(w) for w in words],
+                        [" ".join(reversed(w)) for w in words])
+  dump = tmp_path / "xla_dump"  # XLA writes every module it compiles there
+  result = testutil.run_cli(
+      "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=80",
+                                          "--jit_compile", "--noskip_padding",
+                                          "--eval_every=1000", "--save_every=1000"),
+      env=dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}"))
+  assert result.returncode == 0, result.stderr
+  compilations = list(dump.glob("module_*gradients_of*.before_optimizations.txt"))
+  shapes = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
+  buckets = len(bucketing.bucket_boundaries(32 + 1))  # tiny.cfg: --max_length=32
+  assert len(shapes) == buckets, shapes  # the corpus reaches every bucket
+  assert len(compilations) == buckets, sorted(path.name for path in compilations)
+
+
+def test_jit_compile_needs_padded_rows(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--jit_compile")
+  testutil.assert_one_line_error(
+      result, "error: --jit_compile and --distribution=tpu need --noskip_padding (the rows of "
+      "the real tokens have a data-dependent shape that XLA cannot compile)")
+
+
+def test_tiny_preset_trains_in_bfloat16(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--train_steps=60",
+                 "--mixed_precision=mixed_bfloat16", "--eval_every=60")
+  assert result.returncode == 0, result.stderr
+  losses = [float(value) for value in re.findall(r", loss (\S+?)(?:,|$)", result.stdout, re.M)]
+  assert losses and all(math.isfinite(loss) for loss in losses)
+  assert losses[-1] < losses[0]
+
+
+def assert_every_checkpoint_finite(folder):
+  for index in folder.glob("**/ckpt-*.index"):
+    reader = tf.train.load_checkpoint(str(index)[:-len(".index")])
+    for name, dtype in reader.get_variable_to_dtype_map().items():
+      if dtype.is_floating:
+        assert np.isfinite(reader.get_tensor(name)).all(), (index, name)
+
+
+def test_diverging_run_stops_and_names_the_last_good_checkpoint(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--learning_rate=1e12", "--save_every=1",
+                 "--train_steps=50")
+  assert result.returncode == 1, result.stderr
+  last = result.stderr.strip().splitlines()[-1]
+  assert "Traceback" not in result.stderr
+  match = re.fullmatch(
+      r"error: step (\d+): the loss or the gradients are NaN or Inf; the update was not "
+      r"applied; the last good checkpoint is (.*)/ckpt-(\d+); lower --learning_rate or set "
+      r"--clip_norm \(or --on_nonfinite=skip to skip such steps\)", last)
+  assert match, last
+  assert int(match.group(3)) == int(match.group(1)) - 1
+  assert match.group(2) == str(tmp_path / "model")
+  assert_every_checkpoint_finite(tmp_path / "model")
+
+
+def test_diverging_run_with_skip_stops_after_too_many_in_a_row(tmp_path):
+  write_corpus(tmp_path)
+  result = train(tmp_path, tmp_path / "model", "--learning_rate=1e12", "--save_every=1",
+                 "--train_steps=50", "--on_nonfinite=skip", "--max_nonfinite_steps=3")
+  assert result.returncode == 1, result.stderr
+  assert result.stderr.count("the update was not applied (skipped;") == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert "NaN or Inf; the update was not applied (3 such steps in a row)" in last, last
+  assert_every_checkpoint_finite(tmp_path / "model")

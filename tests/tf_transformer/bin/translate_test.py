@@ -1,0 +1,180 @@
+"""The translate command: order, empty lines, n-best, streaming, scoring, alignments,
+one-line errors."""
+
+import queue
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+import tensorflow as tf
+
+from data_pipeline.token_ids import EOS_ID, PAD_ID
+from tests import testutil
+from tf_transformer import decoding
+from tf_transformer import inference
+from tf_transformer import translation_io
+from tf_transformer.config import DecodeConfig
+from tf_transformer.inference import InferenceFunctions, load_inference, translate_texts
+
+LINES = ["aa bb cc", "", "dd ee", "ff", "", "gg hh ii jj"]
+
+
+def translate(model_dir, *args, stdin=None):
+  """Runs the translate CLI over the model directory (None: the arguments name the model)."""
+  model = [f"--model_dir={model_dir}", "--beam_size=2"] if model_dir else []
+  return testutil.run_cli("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg", *model,
+                          "--extra_decode_length=4", *args, stdin=stdin)
+
+
+@pytest.fixture(scope="module")
+def functions(tiny_model_dir):
+  """In-process functions with the search of `translate()`'s flags (tiny.cfg's max_length)."""
+  return load_inference(None, str(tiny_model_dir), "en", "de",
+                        DecodeConfig(beam_size=2, max_length=32, extra_decode_length=4))
+
+
+def test_translate_keeps_order_and_empty_lines(tiny_model_dir, tmp_path):
+  source = testutil.write_lines(tmp_path / "input.txt", LINES)
+  from_file = translate(tiny_model_dir, f"--input={source}", f"--output={tmp_path / 'out.txt'}")
+  assert from_file.returncode == 0, from_file.stderr
+  outputs = (tmp_path / "out.txt").read_text().split("\n")[:-1]
+  assert len(outputs) == len(LINES)
+  assert outputs[1] == "" and outputs[4] == "" and all(outputs[i] for i in (0, 2, 3, 5))
+  # the same sentences through stdin, in another order, give the same translations
+  shuffled = [LINES[i] for i in (5, 3, 2, 0)]
+  piped = translate(tiny_model_dir, stdin="\n".join(shuffled) + "\n")
+  assert piped.returncode == 0, piped.stderr
+  assert piped.stdout.split("\n")[:-1] == [outputs[i] for i in (5, 3, 2, 0)]
+
+
+def test_translate_nbest_is_sorted(tiny_model_dir):
+  result = translate(tiny_model_dir, "--nbest=2", stdin="aa bb cc\ndd ee\n")
+  assert result.returncode == 0, result.stderr
+  # TensorFlow's C++ start-up lines ("I0000 00:00:..." and absl's notice) are filtered out
+  assert not re.search(r"^([IWE]0000 |WARNING: All log messages)", result.stderr, re.M), (
+      result.stderr)
+  rows = [line.split(" ||| ") for line in result.stdout.strip().split("\n")]
+  assert [row[0] for row in rows] == ["0", "0", "1", "1"]
+  for first, second in ((rows[0], rows[1]), (rows[2], rows[3])):
+    assert float(first[2]) >= float(second[2])
+
+
+def test_bad_inputs_are_one_line_errors(tiny_model_dir, tmp_path):
+  (tmp_path / "bad.txt").write_bytes(b"fine\n\xff\xfe broken\n")
+  source = testutil.write_lines(tmp_path / "source.txt", ["aa", "bb", "cc"])
+  target = testutil.write_lines(tmp_path / "target.txt", ["aa", "bb"])
+  cases = [
+      (translate(tiny_model_dir, f"--input={tmp_path / 'bad.txt'}"),
+       f"error: {tmp_path / 'bad.txt'}:2: not valid UTF-8"),
+      (translate(tmp_path / "missing"), f"error: {tmp_path / 'missing'}: no such directory"),
+      (translate(tiny_model_dir, "--beam_size=0"),
+       "error: flag --beam_size=0: 0 is not a positive integer (see --helpfull)"),
+      (translate(None, f"--saved_model={tmp_path}"),
+       f"error: {tmp_path}: no saved_model.pb (give a version folder such as "
+       "exports/<name>/<version>)"),
+      (translate(tiny_model_dir, "--score", f"--input={source}", f"--targets={target}"),
+       f"error: {source} has 3 lines but {target} has 2; they must be line-aligned"),
+  ]
+  for result, message in cases:
+    testutil.assert_one_line_error(result, message)
+
+
+def _read_line(stream, timeout: float) -> str:
+  """stream.readline(), or a test failure after `timeout` seconds without a line."""
+  lines = queue.Queue()
+  threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
+  try:
+    return lines.get(timeout=timeout)
+  except queue.Empty:
+    pytest.fail(f"no answer line within {timeout} s")
+
+
+def test_stream_answers_each_line_before_reading_the_next(tiny_model_dir, functions, tmp_path):
+  command = [sys.executable, "-m", "tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg",
+             f"--model_dir={tiny_model_dir}", "--beam_size=2", "--extra_decode_length=4",
+             "--stream"]
+  with open(tmp_path / "stderr.txt", "w") as stderr:
+    process = subprocess.Popen(command, cwd=testutil.ROOT, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=stderr, text=True)
+  try:
+    answers = []
+    for line in ("aa bb cc", ""):
+      process.stdin.write(line + "\n")
+      process.stdin.flush()
+      answers.append(_read_line(process.stdout, timeout=120))  # stdin still open
+    process.stdin.close()
+    assert process.wait(timeout=60) == 0, (tmp_path / "stderr.txt").read_text()
+  finally:
+    if process.poll() is None:
+      process.kill()
+  best = translate_texts(functions.translate_nbest, ["aa bb cc"])[0][0][0]
+  assert answers == [best + "\n", "\n"]
+
+
+def test_stream_writes_each_answer_before_the_next_read():
+  events = []
+
+  def translate_nbest(texts):
+    texts = [text.decode() for text in texts.numpy()]
+    return {"outputs": tf.constant([[text[::-1], text] for text in texts]),
+            "scores": tf.constant([[-1.0, -2.0]] * len(texts))}
+
+  def lines():
+    for line in ("ab", "", "cd"):
+      events.append(("read", line))
+      yield line
+
+  class Out:
+    def write(self, text):
+      events.append(("write", text))
+
+    def flush(self):
+      events.append(("flush",))
+
+  fake = InferenceFunctions(translate_nbest, None, None, None)
+  translation_io.translate_stream(fake, lines(), Out(), nbest=2)
+  assert events == [("read", "ab"), ("write", "0 ||| ba ||| -1.0000\n0 ||| ab ||| -2.0000\n"),
+                    ("flush",), ("read", ""), ("write", "1 |||  ||| 0.0000\n"), ("flush",),
+                    ("read", "cd"), ("write", "2 ||| dc ||| -1.0000\n2 ||| cd ||| -2.0000\n"),
+                    ("flush",)]
+
+
+def test_score_equals_the_forced_decoding_score(tiny_model_dir, tmp_path):
+  sources = ["aa bb cc", "dd ee", "", "ff gg hh ii jj", "aa bb cc"]
+  targets = ["vv vv", "ss", "oo pp", "", "qq rr ss tt"]
+  source = testutil.write_lines(tmp_path / "source.txt", sources)
+  target = testutil.write_lines(tmp_path / "target.txt", targets)
+  # token batches of at most 8 tokens: pairs are split and sorted, and must come back in order
+  result = translate(tiny_model_dir, "--score", f"--input={source}", f"--targets={target}",
+                     "--batch_tokens=8", "--alpha=0.8")
+  assert result.returncode == 0, result.stderr
+  rows = [line.split(" ||| ") for line in result.stdout.split("\n")[:-1]]
+  assert [row[1] for row in rows] == targets
+  model, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "en", "de")
+  for (score, _), source_text, target_text in zip(rows, sources, targets):
+    ids = [side.tokenize(tf.constant([text])).to_tensor(default_value=PAD_ID)
+           for side, text in ((vocabulary.source, source_text), (vocabulary.target, target_text))]
+    source_ids, target_ids = (tf.concat([row, [[EOS_ID]]], axis=1) for row in ids)
+    expected = decoding.score(model, source_ids, target_ids, alpha=0.8)[0].numpy()
+    assert float(score) == pytest.approx(expected, abs=1e-4)
+
+
+def test_print_alignment_appends_piece_pairs(tiny_model_dir, functions, tmp_path):
+  source = testutil.write_lines(tmp_path / "input.txt", LINES)
+  result = translate(tiny_model_dir, f"--input={source}", "--print_alignment")
+  assert result.returncode == 0, result.stderr
+  rows = [line.split(" ||| ") for line in result.stdout.split("\n")[:-1]]
+  best = [nbest[0] for nbest in translate_texts(functions.translate_nbest, LINES)[0]]
+  assert [row[0] for row in rows] == best
+  pieces = functions.count_tokens(LINES, "source")  # + </s>
+  for text, (_, alignment), count in zip(LINES, rows, pieces):
+    pairs = [tuple(map(int, re.fullmatch(r"(\d+)-(\d+)", pair).groups()))
+             for pair in alignment.split()]
+    if not text.strip():
+      assert pairs == []
+      continue
+    # every target piece but </s>, in order, to a source piece other than </s>
+    assert pairs and [t for _, t in pairs] == list(range(len(pairs)))
+    assert all(0 <= s < count - 1 for s, _ in pairs)

@@ -1,0 +1,1 @@
+"""The command-line tools: each a thin `main` over the library, run by `cli.run`."""

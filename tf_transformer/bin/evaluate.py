@@ -1,0 +1,58 @@
+"""Scores a model on a test set: `python -m tf_transformer.bin.evaluate --src F --ref F
+(--saved_model=DIR | --flagfile=F --model_dir=DIR)`.
+
+Prints sacreBLEU (with its signature), chrF and BLEU-1..4, writes the hypotheses to --output
+(default hypotheses.txt) and ends with one JSON line of every figure.
+"""
+
+import json
+
+from absl import flags
+
+from tf_transformer import config
+from tf_transformer.bin import cli
+
+# --src also names other tools' inputs: whichever tool runs defines it
+flags.DEFINE_string("src", None, "The test set's source side (plain or .gz).",
+                    allow_override=True)
+flags.DEFINE_string("ref", None, "Reference translations, line-aligned with --src.")
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  cli.start(argv)
+  from common import files
+  from common.progress import ProgressBar
+  from data_pipeline.corpora import read_parallel, scan_parallel
+  from tf_transformer import metrics
+  from tf_transformer.inference import load_translate_nbest, translate_texts
+
+  decode_config = config.decode_config_from_flags()
+  scan_parallel(FLAGS.src, FLAGS.ref)
+  pairs = read_parallel(FLAGS.src, FLAGS.ref)
+  translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
+                                         FLAGS.tgt_lang, decode_config,
+                                         FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
+  sources, references = [list(side) for side in zip(*pairs)]
+  path = FLAGS.output or "hypotheses.txt"
+  with files.atomic_file(path) as f:
+    progress = ProgressBar(len(sources), unit="sentence", label="decoding")
+    outputs, _ = translate_texts(translate_nbest, sources, FLAGS.batch_size, progress)
+    progress.close()
+    hypotheses = [nbest[0] for nbest in outputs]
+    f.writelines(h + "\n" for h in hypotheses)
+  results = metrics.report(hypotheses, references)
+  print(f"{results['bleu_text']}  ({results['bleu_signature']})")
+  print(f"chrF2 = {results['chrf']:.2f}  ({results['chrf_signature']})")
+  print(" ".join(f"BLEU-{n} = {results[f'bleu_{n}']:.2f}" for n in range(1, 5)))
+  print(json.dumps({**results, "sentences": len(hypotheses), "hypotheses": path,
+                    "beam_size": None if FLAGS.saved_model else decode_config.beam_size}))
+
+
+def run():
+  cli.run(main, required_flags=("src", "ref"))
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,111 @@
+"""Translates text, one sentence a line, or scores given translations:
+`python -m tf_transformer.bin.translate (--saved_model=DIR | --flagfile=F --model_dir=DIR)
+[--input F] [--output F] [--beam_size --alpha --nbest --batch_size --batch_tokens]
+[--stream] [--print_alignment] [--score --targets F]`.
+
+Output: one line per input line, in order; an empty line stays empty. With --nbest > 1, each
+hypothesis is a line `index ||| translation ||| score` (the Moses n-best format). With
+--print_alignment, `translation ||| 0-0 1-2 2-1`: for each target subword piece, `src-tgt`, the
+0-based positions of the source piece it attends to most and of the target piece (</s> left
+out). With --score, `score ||| target` lines: the log-probability of each target given its
+source line over the length penalty ((5 + length) / 6)^alpha, as beam search scores.
+
+The input is read whole, sorted by length and translated in batches of --batch_size sentences
+or, when --batch_tokens is given (a flagfile counts), of at most --batch_tokens tokens counting
+padding: rows x the longest row's subword tokens + </s> with --model_dir, whitespace words + 1
+with --saved_model. With --stream, or when stdin is a terminal, each line is answered as soon
+as it is read.
+"""
+
+import contextlib
+import sys
+
+from absl import flags, logging
+
+from tf_transformer import config
+from tf_transformer.bin import cli
+
+flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
+flags.DEFINE_bool("stream", False,
+                  "Answer each input line as soon as it is read (the default when stdin is a "
+                  "terminal) instead of reading all, sorting by length and batching.")
+flags.DEFINE_bool("score", False,
+                  "Score the translations of --targets (line-aligned with --input) instead of "
+                  "translating; prints 'score ||| target' lines.")
+flags.DEFINE_string("targets", None, "With --score: the translations to score, one a line.")
+flags.DEFINE_bool("print_alignment", False,
+                  "Append ' ||| ' and the hard alignment 'src-tgt ...' (0-based subword piece "
+                  "indices, from the align signature) to each translation.")
+
+FLAGS = flags.FLAGS
+
+
+def _check_modes():
+  """Flags that translate cannot combine, as FlagErrors."""
+  if FLAGS.score and not FLAGS.targets:
+    raise config.FlagError("--score needs --targets (the translations to score, one a line, "
+                           "line-aligned with --input)")
+  if FLAGS.targets and not FLAGS.score:
+    raise config.FlagError("--targets is read only with --score")
+  if FLAGS.score and (FLAGS.stream or FLAGS.print_alignment or FLAGS.nbest > 1):
+    raise config.FlagError("--score does not combine with --stream, --print_alignment or --nbest")
+  if FLAGS.print_alignment and FLAGS.nbest > 1:
+    raise config.FlagError("--print_alignment aligns the best translation only: drop --nbest")
+  if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):
+    raise config.FlagError("--beam_size and --alpha are fixed in a SavedModel at export")
+
+
+def main(argv):
+  cli.start(argv)
+  from common import files
+  from common.progress import ProgressBar
+  from tf_transformer import translation_io
+  from tf_transformer.inference import load_inference
+
+  decode_config = config.decode_config_from_flags()
+  _check_modes()
+  if FLAGS.score:  # both files are checked before the model loads
+    sources = translation_io.read_lines(FLAGS.input)
+    targets = translation_io.read_lines(FLAGS.targets)
+    if len(sources) != len(targets):
+      raise config.FlagError(f"{FLAGS.input or '<stdin>'} has {len(sources)} lines but "
+                             f"{FLAGS.targets} has {len(targets)}; they must be line-aligned")
+  functions = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
+                             decode_config,
+                             FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
+  batch_tokens = FLAGS.batch_tokens if FLAGS["batch_tokens"].present else None
+  batch_size = FLAGS.batch_size if batch_tokens is None or FLAGS["batch_size"].present else None
+  batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
+                  count_tokens=functions.count_tokens)
+  streaming = FLAGS.stream or (not FLAGS.score and not FLAGS.input and sys.stdin.isatty())
+  with (files.atomic_file(FLAGS.output) if FLAGS.output
+        else contextlib.nullcontext(sys.stdout)) as out:
+    if streaming:
+      if sys.stdin.isatty() and not FLAGS.input:
+        logging.info("translating each line as it is typed (Ctrl-D ends)")
+      try:
+        translation_io.translate_stream(functions, translation_io.iter_lines(FLAGS.input), out,
+                                        FLAGS.nbest, FLAGS.print_alignment)
+      except KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C ends a typed session like Ctrl-D, without a traceback
+      return
+    texts = sources if FLAGS.score else translation_io.read_lines(FLAGS.input)
+    # the bar prints on stdout: only when the answers go to a file
+    progress = ProgressBar(len(texts), unit="pair" if FLAGS.score else "sentence") \
+        if FLAGS.output else None
+    if FLAGS.score:
+      out.writelines(translation_io.score_lines(functions.score, sources, targets,
+                                                progress=progress, **batching))
+    else:
+      out.writelines(translation_io.translation_lines(
+          functions, texts, FLAGS.nbest, FLAGS.print_alignment, progress=progress, **batching))
+    if progress is not None:
+      progress.close()
+
+
+def run():
+  cli.run(main)
+
+
+if __name__ == "__main__":
+  run()
