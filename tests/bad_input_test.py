@@ -98,6 +98,29 @@ ROWS = {
                 "(see --helpfull)")
        for name, value in [("batch_tokens", 0), ("train_steps", 0), ("eval_every", -1),
                            ("save_every", 0), ("max_length", 0), ("update_freq", 0)]},
+    **{f"--{name}={value}": train(
+        f"--{name}={value}",
+        message=f"error: flag --{name}={value}: must be {domain} (see --helpfull)")
+       for name, value, domain in [
+           ("learning_rate", -1.0, "a finite number > 0"),
+           ("learning_rate", 0.0, "a finite number > 0"),
+           ("learning_rate", "nan", "a finite number > 0"),
+           ("clip_norm", -1.0, "a finite number >= 0 (0: off)"),
+           ("label_smoothing", 1.0, "in [0, 1)"),
+           ("dropout_rate", 1.0, "in [0, 1)"),
+           ("attention_dropout_rate", -0.1, "in [0, 1)"),
+           ("relu_dropout_rate", 1.5, "in [0, 1)"),
+           ("ema_decay", 1.0, "in [0, 1) (0: no moving average)")]},
+    "--warmup_steps=0": train(
+        "--warmup_steps=0",
+        message="error: flag --warmup_steps=0: 0 is not a positive integer (see --helpfull)"),
+    "--seed=-1": train(
+        "--seed=-1",
+        message="error: flag --seed=-1: -1 is not an integer in the range [0, 4294967295] "
+                "(see --helpfull)"),
+    "translate --alpha=-0.5": translate(
+        "--alpha=-0.5",
+        message="error: flag --alpha=-0.5: must be a finite number >= 0 (see --helpfull)"),
     "--vocab_size=0": train(
         "--vocab_size=0",
         message="error: flag --vocab_size=0: 0 is not integer >= 16 "

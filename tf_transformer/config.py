@@ -7,6 +7,7 @@ evaluation and export; a flag only one tool reads is defined with that tool
 """
 
 import dataclasses
+import math
 
 from absl import flags
 
@@ -79,7 +80,8 @@ flags.DEFINE_integer("eval_beam_size", 4, "Beam size of the dev BLEU (1: greedy)
 flags.DEFINE_integer("early_stopping", 0,
                      "Stop after this many evaluations without a better dev BLEU (0: off).",
                      lower_bound=0)
-flags.DEFINE_integer("seed", 1234, "Seed of initialisation, dropout and data order.")
+flags.DEFINE_integer("seed", 1234, "Seed of initialisation, dropout and data order.",
+                     lower_bound=0, upper_bound=2**32 - 1)
 flags.DEFINE_bool("deterministic", False,
                   "Enable TF op determinism (bit-exact reruns and resumes; slower).")
 flags.DEFINE_enum("distribution", "default", ["default", "mirrored", "multi_worker", "tpu"],
@@ -112,7 +114,7 @@ flags.DEFINE_string("profile_steps", "",
 flags.DEFINE_float("ema_decay", 0.0,
                   "Keep an exponential moving average of the weights with this decay (0: none; "
                   "0.999 averages over about the last 1000 steps); each checkpoint save also "
-                  "writes it to model_dir/ema, which --checkpoint=ema loads.", lower_bound=0.0)
+                  "writes it to model_dir/ema, which --checkpoint=ema loads.")
 flags.DEFINE_bool("jit_compile", False,
                   "XLA-compile the train step (static shapes: one compilation per length "
                   "bucket; needs --noskip_padding: real-token rows have data-dependent shapes).")
@@ -140,6 +142,30 @@ flags.DEFINE_string("checkpoint", "best",
                     "of its latest checkpoint) or a checkpoint path such as models/x/ckpt-2000.")
 
 FLAGS = flags.FLAGS
+
+
+def _in_unit_interval(value) -> bool:
+  return 0.0 <= value < 1.0
+
+
+def _finite_and(check):
+  return lambda value: math.isfinite(value) and check(value)
+
+
+# The real-valued flags' domains, checked when the flags are parsed, before anything is built
+# (the integer flags carry theirs as bounds): "error: flag --NAME=VALUE: must be ...".
+_DOMAINS = {
+    "dropout_rate": (_in_unit_interval, "in [0, 1)"),
+    "attention_dropout_rate": (_in_unit_interval, "in [0, 1)"),
+    "relu_dropout_rate": (_in_unit_interval, "in [0, 1)"),
+    "label_smoothing": (_in_unit_interval, "in [0, 1)"),
+    "ema_decay": (_in_unit_interval, "in [0, 1) (0: no moving average)"),
+    "learning_rate": (_finite_and(lambda value: value > 0.0), "a finite number > 0"),
+    "clip_norm": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
+    "alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0"),
+}
+for _name, (_check, _domain) in _DOMAINS.items():
+  flags.register_validator(_name, _check, message=f"must be {_domain}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,16 +276,12 @@ def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> M
   _require(FLAGS.d_model % FLAGS.num_heads == 0,
            f"--d_model ({FLAGS.d_model}) must be divisible by --num_heads ({FLAGS.num_heads})")
   _require(FLAGS.d_model % 2 == 0, f"--d_model must be even, got {FLAGS.d_model}")
-  for name in ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"):
-    _require(0.0 <= FLAGS[name].value < 1.0, f"--{name} must be in [0, 1)")
   return _from_flags(ModelConfig, source_vocab_size=source_vocab_size,
                      target_vocab_size=target_vocab_size)
 
 
 def train_config_from_flags() -> TrainConfig:
   _require(FLAGS.model_dir, "--model_dir is required (checkpoints and logs go there)")
-  _require(0.0 <= FLAGS.label_smoothing < 1.0, "--label_smoothing must be in [0, 1)")
-  _require(FLAGS.ema_decay < 1.0, f"--ema_decay must be in [0, 1), got {FLAGS.ema_decay}")
   static_shapes = FLAGS.jit_compile or FLAGS.distribution == "tpu"
   _require(not (static_shapes and FLAGS.skip_padding),
            "--jit_compile and --distribution=tpu need --noskip_padding (the rows of the real "
@@ -280,7 +302,6 @@ def _profile_steps(value: str) -> tuple:
 
 
 def decode_config_from_flags() -> DecodeConfig:
-  _require(FLAGS.alpha >= 0.0, f"--alpha must not be negative, got {FLAGS.alpha}")
   _require(1 <= FLAGS.nbest <= FLAGS.beam_size,
            f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
   return _from_flags(DecodeConfig)

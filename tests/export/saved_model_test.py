@@ -193,7 +193,7 @@ def test_empty_and_large_requests_translate_every_row(serving_default, rows):
 @pytest.mark.parametrize("args, message", [
     (["--beam_size=0"], "error: flag --beam_size=0: 0 is not a positive integer "
                         "(see --helpfull)"),
-    (["--alpha=-0.5"], "error: --alpha must not be negative, got -0.5"),
+    (["--alpha=-0.5"], "error: flag --alpha=-0.5: must be a finite number >= 0 (see --helpfull)"),
 ])
 def test_bad_flags_are_one_line_errors(model_dir, tmp_path, args, message):
   testutil.assert_one_line_error(export(model_dir, tmp_path / "e", *args), message)

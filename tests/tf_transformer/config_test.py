@@ -110,3 +110,20 @@ def test_configs_are_frozen(config_class):
 def test_norm_position_choices_are_the_layers():
   from tf_transformer.layers.residual import NORM_POSITIONS
   assert flags.FLAGS["norm_position"].parser.enum_values == list(NORM_POSITIONS)
+
+
+@pytest.mark.parametrize("name, bad, good", [
+    ("learning_rate", ["-1", "0", "nan", "inf"], ["1e-9", "2"]),
+    ("clip_norm", ["-0.1", "nan", "inf"], ["0", "5"]),
+    ("alpha", ["-0.5", "nan"], ["0", "1.2"]),
+    ("label_smoothing", ["-0.1", "1", "nan"], ["0", "0.99"]),
+    ("ema_decay", ["-0.1", "1"], ["0", "0.999"]),
+    ("dropout_rate", ["-0.1", "1"], ["0", "0.5"]),
+    ("attention_dropout_rate", ["1.5"], ["0"]),
+    ("relu_dropout_rate", ["-1"], ["0.3"])])
+def test_real_valued_flags_are_refused_outside_their_domain_when_parsed(name, bad, good):
+  for value in bad:
+    with pytest.raises(flags.IllegalFlagValueError, match=f"^flag --{name}=.*: must be "):
+      testutil.parse_flags("tiny", f"--{name}={value}")
+  for value in good:
+    assert testutil.parse_flags("tiny", f"--{name}={value}")[name].value == float(value)
