@@ -1,5 +1,5 @@
 """The public parallel corpora this project fetches, and their download with a check of every
-file before it is kept (the CLI is `python -m tf_transformer.download NAME --out DIR`).
+file before it is kept (the CLI is `python -m tf_transformer.bin.download NAME --out DIR`).
 
 Datasets (each `{split}.{lang}` file is one sentence a line, line-aligned across languages):
   multi30k: Multi30k task 1 (en, de, fr, cs) from github.com/multi30k/dataset, gzipped as

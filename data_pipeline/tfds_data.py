@@ -1,6 +1,6 @@
 """A translation task's data in TFDS format: a public dataset by name (--dataset=tfds:NAME/CONFIG,
 e.g. wmt14_translate/de-en), or one built from local files by `build_dataset`
-(`python -m tf_transformer.build_dataset`).
+(`python -m tf_transformer.bin.build_dataset`).
 
 Splits: "train" (sharded per worker at the file level), "validation" (dev loss, BLEU and the
 best checkpoint) and "test" (scored after training), each used when the dataset has it.

@@ -97,7 +97,7 @@ def batching_parameters(max_batch_size: int) -> str:
   sizes = "\n".join(f"allowed_batch_sizes: {size}" for size in buckets + [max_batch_size])
   return f"""\
 # TF Serving batching for this model, read with --enable_batching --batching_parameters_file=.
-# export.saved_model writes it when absent and never overwrites it: edit it freely.
+# export_saved_model writes it when absent and never overwrites it: edit it freely.
 
 # The search decodes {max_batch_size} sentences at a time (Translator.max_batch_size), so larger
 # batches gain nothing. With batching on, TF Serving refuses a request of more rows than this.
