@@ -9,9 +9,11 @@ length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in -
   - "function": the in-process tf.function over id batches ("function_jit": XLA-compiled);
   - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back,
     with the XLA-compiled search that tf_transformer.bin.export_saved_model writes by default
-    ("saved_model_graph": exported with --nodecode_jit);
+    ("saved_model_graph": exported with --nodecode_jit; "saved_model_bfloat16" and
+    "saved_model_int8": exported with --precision=bfloat16 or int8);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, 2 threads, on
-    the same subword pieces: CTranslate2 on exactly our weights.
+    the same subword pieces: CTranslate2 on exactly our weights ("ct2_int8": its int8
+    compute type, the weights quantised when loaded).
 --batch_size=1 times one sentence per request, the serving case.
 One untimed pass first, then --repeats timed passes. The last line is one JSON object with
 sentences/s and target tokens/s per (path, beam).
@@ -35,7 +37,8 @@ flags.DEFINE_integer("max_src", 30, "Longest source (tokens before EOS).")
 flags.DEFINE_integer("tgt_len", 30, "Exact target length (min = max).")
 flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
-                  "What to time: function, function_jit, saved_model, saved_model_graph, ct2.")
+                  "What to time: function, function_jit, saved_model, saved_model_graph, "
+                  "saved_model_bfloat16, saved_model_int8, ct2, ct2_int8.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -108,12 +111,24 @@ def main(argv):
     text_batches.append(texts)
 
   pieces = [[p.decode() for p in vocabulary.source.id_to_string(row).numpy()] for row in rows]
-  if "ct2" in FLAGS.paths:
-    import ctranslate2
-    from export import ctranslate2 as ct2_export
-    folder = ct2_export.save(model, vocabulary, os.path.join(FLAGS.workdir, "ct2"))
-    ct2_translator = ctranslate2.Translator(folder, device="cpu", inter_threads=1,
-                                            intra_threads=2)
+  ct2_translators = {}
+  for path, compute_type in (("ct2", "float32"), ("ct2_int8", "int8")):
+    if path in FLAGS.paths:
+      import ctranslate2
+      from export import ctranslate2 as ct2_export
+      folder = os.path.join(FLAGS.workdir, "ct2")
+      if not os.path.isdir(folder):
+        ct2_export.save(model, vocabulary, folder)
+      ct2_translators[path] = ctranslate2.Translator(folder, device="cpu", inter_threads=1,
+                                                     intra_threads=2, compute_type=compute_type)
+
+  def model_in(precision):
+    """`model`, or a copy of it converted to `precision` (the conversion is in place)."""
+    if precision == "float32":
+      return model
+    copy = build_model(model_config)
+    copy.set_weights(model.get_weights())
+    return copy
   results = []
   for beam in (int(b) for b in FLAGS.beams):
     length = FLAGS.tgt_len
@@ -124,20 +139,22 @@ def main(argv):
             jit_compile=jit)
         times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
         results.append((path, beam, times))
-    for path, jit in (("saved_model", True), ("saved_model_graph", False)):
+    for path, jit, precision in (("saved_model", True, "float32"),
+                                 ("saved_model_graph", False, "float32"),
+                                 ("saved_model_bfloat16", True, "bfloat16"),
+                                 ("saved_model_int8", True, "int8")):
       if path in FLAGS.paths:
-        module = Translator(model, vocabulary, beam_size=beam, nbest=1,
+        module = Translator(model_in(precision), vocabulary, beam_size=beam, nbest=1,
                             max_length=FLAGS.max_length, min_decode_length=length,
-                            max_decode_length=length, decode_jit=jit)
+                            max_decode_length=length, decode_jit=jit, precision=precision)
         export_dir = os.path.join(FLAGS.workdir, f"{path}_beam{beam}")
         tf.saved_model.save(module, export_dir, signatures=module.signatures())
         serve = tf.saved_model.load(export_dir).signatures["serving_default"]
         times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
         results.append((path, beam, times))
-    if "ct2" in FLAGS.paths:
-      translate = _ct2_translate(ct2_translator, pieces, beam, length)
-      times = _timed(translate)
-      results.append(("ct2", beam, times))
+    for path, translator in ct2_translators.items():
+      times = _timed(_ct2_translate(translator, pieces, beam, length))
+      results.append((path, beam, times))
 
   report = []
   for path, beam, times in results:
@@ -145,7 +162,7 @@ def main(argv):
     report.append({"path": path, "beam": beam, "pass_s": times,
                    "sent_per_s": FLAGS.n_sents / median,
                    "tgt_tok_per_s": FLAGS.n_sents * FLAGS.tgt_len / median})
-    print(f"{path:12s} beam {beam}: {FLAGS.n_sents / median:7.1f} sentences/s, "
+    print(f"{path:20s} beam {beam}: {FLAGS.n_sents / median:7.1f} sentences/s, "
           f"{FLAGS.n_sents * FLAGS.tgt_len / median:8.1f} target tokens/s", flush=True)
   print(json.dumps({"n_sents": FLAGS.n_sents, "batch_size": FLAGS.batch_size,
                     "tgt_len": FLAGS.tgt_len, "results": report}))

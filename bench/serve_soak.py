@@ -1,13 +1,23 @@
-"""Serving under load: threads calling an exported SavedModel's serving_default (a benchmark).
+"""Serving under load: client threads calling an exported SavedModel's serving_default, one
+sentence per request, beside CTranslate2 serving the same weights (a benchmark).
 
-    python -m bench.serve_soak --flagfile=flags/small.cfg [--saved_model=DIR] [--minutes 10]
+    # a trained model on real sentences, 1, 4 and 8 clients, the SavedModel then CTranslate2:
+    python -m bench.serve_soak --flagfile=flags/multi30k_en_de.cfg \\
+        --model_dir=models/multi30k_en_de --sentences=../shared/data/multi30k/val.en.gz \\
+        --clients=1,4,8 --minutes=1 --ct2=float32,int8 [--precision=int8]
+    # a random model (every output runs to the length limit, the heaviest case), 10 minutes:
+    python -m bench.serve_soak --flagfile=flags/small.cfg --clients=8 --minutes=10
 
-Without --saved_model, a randomly initialised model of the preset's dims is exported the way
-tf_transformer.bin.export_saved_model does it (XLA-compiled beam search, --beam_size,
---extra_decode_length) and loaded back; a random model seldom ends a sentence early, so each output runs to the length
-limit, the heaviest case. --threads threads each send one sentence per request, of 1 to 100
-random words or empty, for --minutes. Prints requests/s, p50/p99 latency, errors, and the
-process RSS at the start (after a warm-up), the middle and the end; the last line is JSON.
+With --model_dir, its --checkpoint is exported as tf_transformer.bin.export_saved_model does
+it (XLA-compiled beam search, --beam_size, --extra_decode_length, --precision), and with --ct2
+also as tf_transformer.bin.export_ctranslate2 does it, loaded in each of those compute types
+(its SentencePiece model applied in Python, as a CTranslate2 server does). Without it, a
+randomly initialised model of the preset's dims is exported. Requests are the lines of
+--sentences (random words without it, 5% of them empty). For each number of --clients, the
+clients send requests for --minutes to the SavedModel, then to each CTranslate2 translator
+(inter_threads = min(clients, cores), the cores shared between them). Prints requests/s and
+p50/p99 latency per (system, clients), and the process RSS of the SavedModel runs; the last
+line is JSON.
 """
 
 import json
@@ -21,9 +31,13 @@ from absl import app, flags
 
 from bench import decode_speed  # (defines --workdir; its subword model)
 from tf_transformer import config  # (defines the model and decoding flags)
+from tf_transformer.bin import export_saved_model  # (defines --precision)
 
-flags.DEFINE_float("minutes", 10.0, "How long to send requests.")
-flags.DEFINE_integer("threads", 8, "Concurrent callers.")
+flags.DEFINE_float("minutes", 10.0, "How long to send requests, per system and client count.")
+flags.DEFINE_list("clients", ["8"], "Numbers of concurrent clients, one run each.")
+flags.DEFINE_string("sentences", None, "Source sentences, one per line (.gz read too).")
+flags.DEFINE_list("ct2", [], "CTranslate2 compute types to serve the same weights with "
+                  "(float32, int8); needs --model_dir.")
 FLAGS = flags.FLAGS
 
 
@@ -46,42 +60,90 @@ def _random_export(tf):
   vocabulary = decode_speed._subword_model(os.path.join(FLAGS.workdir, "spm.model"),
                                            FLAGS.vocab_size, rng)
   model_config = config.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
-  model = build_model(model_config)
-  module = Translator(model, vocabulary, beam_size=FLAGS.beam_size, nbest=1,
+  module = Translator(build_model(model_config), vocabulary, beam_size=FLAGS.beam_size, nbest=1,
                       max_length=FLAGS.max_length, extra_decode_length=FLAGS.extra_decode_length,
-                      decode_jit=True)
+                      decode_jit=True, precision=FLAGS.precision)
   folder = os.path.join(FLAGS.workdir, "soak_export")
   tf.saved_model.save(module, folder, signatures=module.signatures())
   return folder
 
 
-def main(argv):
-  import tensorflow as tf
-  import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+def _trained_export():
+  """--model_dir exported to a fresh folder under --workdir; returns the version folder."""
+  import dataclasses
+  import shutil
 
-  folder = FLAGS.saved_model or _random_export(tf)
-  serve = tf.saved_model.load(folder).signatures["serving_default"]
+  from export import serving
+
+  export_dir = os.path.join(FLAGS.workdir, "soak_trained_export")
+  shutil.rmtree(export_dir, ignore_errors=True)
+  decode_config = dataclasses.replace(config.decode_config_from_flags(), decode_jit=True)
+  return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir,
+                        decode_config, FLAGS.checkpoint, FLAGS.precision)
+
+
+def _ct2_translate_fns(clients: int):
+  """{"ct2_<compute type>": fn(text) -> text} over --model_dir exported to CTranslate2."""
+  import ctranslate2
+  import sentencepiece
+
+  from export import ctranslate2 as ct2_export
+
+  folder = os.path.join(FLAGS.workdir, "soak_ct2")
+  if not os.path.isdir(folder):
+    ct2_export.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, folder,
+                      checkpoint=FLAGS.checkpoint)
+  models = sorted(name for name in os.listdir(folder) if name.startswith("spm."))
+  source = next((m for m in models if m in ("spm.joint.model", f"spm.{FLAGS.src_lang}.model")))
+  target = next((m for m in models if m in ("spm.joint.model", f"spm.{FLAGS.tgt_lang}.model")))
+  source = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, source))
+  target = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, target))
+  cores = os.cpu_count() or 1
+  inter = max(1, min(clients, cores))
+  fns = {}
+  for compute_type in FLAGS.ct2:
+    translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
+                                        inter_threads=inter, intra_threads=max(1, cores // inter))
+
+    def translate(text, translator=translator):
+      pieces = source.encode(text, out_type=str)[:FLAGS.max_length]
+      if not pieces:
+        return ""
+      result = translator.translate_batch(
+          [pieces], beam_size=FLAGS.beam_size,
+          max_decoding_length=len(pieces) + 1 + FLAGS.extra_decode_length)
+      return target.decode(result[0].hypotheses[0])
+
+    fns[f"ct2_{compute_type}"] = translate
+  return fns
+
+
+def _sentences():
+  """The requests: --sentences' lines, or random words (5% empty)."""
+  if FLAGS.sentences:
+    import gzip
+    opener = gzip.open if FLAGS.sentences.endswith(".gz") else open
+    with opener(FLAGS.sentences, "rt", encoding="utf-8") as lines:
+      return [line.rstrip("\n") for line in lines]
   words = [f"w{'abcdefghij'[i % 10]}{i}" for i in range(2000)]
+  rng = random.Random(FLAGS.seed)
+  return ["" if rng.random() < 0.05 else
+          " ".join(rng.choice(words) for _ in range(rng.randint(1, 100))) for _ in range(2000)]
 
-  def sentence(rng):
-    if rng.random() < 0.05:
-      return ""
-    return " ".join(rng.choice(words) for _ in range(rng.randint(1, 100)))
 
-  for n in range(0, 101, 5):  # every shape bucket of one sentence compiles before the clock
-    serve(inputs=tf.constant([" ".join(words[:n])]))
-  rss = {"start": _rss_mib()}
+def _soak(translate, sentences, clients: int) -> dict:
+  """`clients` threads calling translate(text) on random `sentences` for --minutes."""
   latencies, errors, lock = [], [], threading.Lock()
   start = time.perf_counter()
   end = start + FLAGS.minutes * 60
 
-  def caller(index):
+  def client(index):
     rng = random.Random(index)
     while time.perf_counter() < end:
-      text = sentence(rng)
+      text = rng.choice(sentences)
       began = time.perf_counter()
       try:
-        serve(inputs=tf.constant([text]))["outputs"].numpy()
+        translate(text)
       except Exception as e:  # a soak counts every failure, of any kind
         with lock:
           errors.append(f"{type(e).__name__}: {str(e)[:200]}")
@@ -89,27 +151,57 @@ def main(argv):
       with lock:
         latencies.append(time.perf_counter() - began)
 
-  threads = [threading.Thread(target=caller, args=(i,)) for i in range(FLAGS.threads)]
+  threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
   for thread in threads:
     thread.start()
   time.sleep(max(0.0, start + FLAGS.minutes * 30 - time.perf_counter()))
-  rss["middle"] = _rss_mib()
+  rss_middle = _rss_mib()
   for thread in threads:
     thread.join()
-  rss["end"] = _rss_mib()
   elapsed = time.perf_counter() - start
   ordered = sorted(latencies) or [float("nan")]
-  report = {"minutes": FLAGS.minutes, "threads": FLAGS.threads, "requests": len(latencies),
-            "requests_per_s": len(latencies) / elapsed,
-            "p50_ms": 1000 * statistics.median(ordered),
-            "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-            "errors": len(errors), "first_errors": errors[:3],
-            "rss_mib": rss, "rss_growth_middle_to_end": rss["end"] / rss["middle"] - 1}
-  print(f"{report['requests']} requests in {elapsed:.0f} s: {report['requests_per_s']:.2f}/s, "
-        f"p50 {report['p50_ms']:.0f} ms, p99 {report['p99_ms']:.0f} ms, {len(errors)} errors; "
-        f"RSS {rss['start']:.0f} / {rss['middle']:.0f} / {rss['end']:.0f} MiB (start / middle / "
-        f"end, {100 * report['rss_growth_middle_to_end']:+.1f}% middle to end)", flush=True)
-  print(json.dumps(report))
+  return {"clients": clients, "requests": len(latencies),
+          "requests_per_s": len(latencies) / elapsed,
+          "p50_ms": 1000 * statistics.median(ordered),
+          "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+          "errors": len(errors), "first_errors": errors[:3],
+          "rss_mib_middle": rss_middle, "rss_mib_end": _rss_mib()}
+
+
+def main(argv):
+  import tensorflow as tf
+  import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+  if FLAGS.ct2 and not FLAGS.model_dir:
+    raise app.UsageError("--ct2 needs --model_dir (the weights CTranslate2 serves)")
+  folder = _trained_export() if FLAGS.model_dir else _random_export(tf)
+  serve = tf.saved_model.load(folder).signatures["serving_default"]
+  sentences = _sentences()
+  # every shape bucket of one sentence compiles before the clock: a spread of lengths
+  for text in sorted(set(sentences), key=len)[::max(1, len(set(sentences)) // 100)]:
+    serve(inputs=tf.constant([text]))
+  rss_start = _rss_mib()
+
+  def saved_model(text):
+    return serve(inputs=tf.constant([text]))["outputs"].numpy()
+
+  report = []
+  for clients in (int(c) for c in FLAGS.clients):
+    systems = {f"saved_model_{FLAGS.precision}": saved_model}
+    if FLAGS.ct2:
+      systems.update(_ct2_translate_fns(clients))
+    for name, translate in systems.items():
+      translate(sentences[0])  # a CTranslate2 translator's first call loads it
+      result = dict(_soak(translate, sentences, clients), system=name, rss_mib_start=rss_start)
+      report.append(result)
+      print(f"{name:20s} {clients} clients: {result['requests']} requests, "
+            f"{result['requests_per_s']:.2f}/s, p50 {result['p50_ms']:.0f} ms, p99 "
+            f"{result['p99_ms']:.0f} ms, {result['errors']} errors; RSS {rss_start:.0f} / "
+            f"{result['rss_mib_middle']:.0f} / {result['rss_mib_end']:.0f} MiB (start / middle "
+            f"/ end)", flush=True)
+  print(json.dumps({"minutes": FLAGS.minutes, "model_dir": FLAGS.model_dir,
+                    "sentences": FLAGS.sentences, "beam_size": FLAGS.beam_size,
+                    "results": report}))
 
 
 if __name__ == "__main__":

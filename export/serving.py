@@ -147,10 +147,11 @@ def write_batching_parameters(export_dir: str, max_batch_size: int) -> str:
 
 
 def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
-           checkpoint: str = "best") -> str:
+           checkpoint: str = "best", precision: str = "float32") -> str:
   """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
   the next version of `export_dir`, with `decode_config`'s search fixed in it and
-  `translate_nbest` returning the whole beam.
+  `translate_nbest` returning the whole beam, its matrix products' weights in `precision`
+  (see layers.low_precision).
 
   Returns:
     The version folder written, `export_dir`/<the checkpoint's step, or the next free number>.
@@ -160,9 +161,9 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode
   """
   model, vocabulary, step = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
   decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
-  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config))
+  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config), precision=precision)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
-              "src_lang": src_lang, "tgt_lang": tgt_lang}
+              "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision}
   path = save_version(module, module.signatures(), export_dir, next_version(export_dir, step),
                       settings)
   write_batching_parameters(export_dir, module.max_batch_size)

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
+from tf_transformer.layers import low_precision
 
 _STRINGS = tf.TensorSpec([None], tf.string)
 _WIDTH_BUCKET = 16
@@ -21,6 +22,13 @@ def _rows(strings):
   shape it declares, and a scalar or a matrix would otherwise fail deep inside the search.
   The error reads "Shape of tensor inputs [] is not compatible with expected shape [?]"."""
   return tf.ensure_shape(strings, [None])
+
+
+class _Untracked:
+  """Holds `value` where tf.Module's tracking does not look (a plain object is not tracked)."""
+
+  def __init__(self, value):
+    self.value = value
 
 
 class Translator(tf.Module):
@@ -38,19 +46,27 @@ class Translator(tf.Module):
       XLA compiles once per input shape, so batches are padded to shape buckets first.
     max_batch_size: larger requests to serve, translate_nbest and score are decoded this many
       sentences at a time (align decodes a request at once: it is for a few sentences).
+    precision: the weights of the matrix products, one of low_precision.PRECISIONS:
+      "bfloat16" and "int8" convert `model` in place (low_precision.convert), and the module
+      then holds those copies instead of the float32 matrices they replace.
   """
 
   def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
                max_length: int = 100, extra_decode_length: int = 50,
                min_decode_length: int = 0, max_decode_length: int | None = None,
-               decode_jit: bool = False, max_batch_size: int = 64):
+               decode_jit: bool = False, max_batch_size: int = 64, precision: str = "float32"):
     super().__init__(name="translator")
     if not 1 <= nbest <= beam_size:
       raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
-    self.model_variables = [v.value for v in model.variables]
+    added, replaced = low_precision.convert(model, precision)
+    replaced = {variable.path for variable in replaced}
+    self.model_variables = [v.value for v in model.variables if v.path not in replaced] + added
+    self.precision = precision
     self.source_tokenizer = vocabulary.source
     self.target_tokenizer = vocabulary.target
-    self._model = [model]  # a list hides the Keras object from tf.Module tracking
+    # out of tf.Module's tracking (a list is tracked): saved through it, every variable would
+    # be saved a second time, and the float32 matrices a lower precision replaces with them
+    self._model = _Untracked(model)
     self.beam_size, self.alpha, self.nbest = beam_size, alpha, nbest
     self.max_length, self.extra_decode_length = max_length, extra_decode_length
     self.min_decode_length, self.max_decode_length = min_decode_length, max_decode_length
@@ -147,7 +163,7 @@ class Translator(tf.Module):
 
   def _score_chunk(self, source, target):
     """source, target: string [B] -> (float32 [B],)."""
-    return (decoding.score(self._model[0], self._source_ids(source),
+    return (decoding.score(self._model.value, self._source_ids(source),
                            self._ids(self.target_tokenizer, target), self.alpha),)
 
   @tf.function(input_signature=[_STRINGS])
@@ -163,7 +179,7 @@ class Translator(tf.Module):
     inputs = _rows(inputs)
     source_ids = self._source_ids(inputs)
     best = self._decode(source_ids)[0][:, 0]
-    attention = decoding.attention(self._model[0], source_ids, best)
+    attention = decoding.attention(self._model.value, source_ids, best)
     blank = tf.equal(tf.strings.length(tf.strings.strip(inputs)), 0)
     outputs = self.target_tokenizer.detokenize(decoding.strip_after_eos(best))
     return {"outputs": tf.where(blank, "", outputs),

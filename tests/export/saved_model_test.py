@@ -52,6 +52,10 @@ def test_tf_serving_layout_and_versions(model_dir, exported):
   assert (version / "saved_model.pb").exists() and (version / "variables").is_dir()
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
   assert settings["beam_size"] == 2 and settings["alpha"] == 0.6 and settings["nbest"] == 2
+  assert settings["precision"] == "float32"
+  model, _, _ = inference.load_for_inference(str(model_dir), "en", "de")
+  weights = sum(v.numpy().nbytes for v in model.variables if v.dtype == "float32")
+  assert _variable_bytes(version)["float32"] == weights  # each saved once
   result = export(model_dir, exported)  # a plain path into the same folder
   assert result.returncode == 0, result.stderr
   # the step is taken: next free number; the batching parameters, unchanged, stay
@@ -156,6 +160,45 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
     np.testing.assert_allclose(attention[row][real_target].sum(axis=1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(attention[row][:, ~real_source], 0.0)
     np.testing.assert_array_equal(attention[row][~real_target], 0.0)
+
+
+def _variable_bytes(version) -> dict:
+  """{dtype name: bytes} of all the variables saved in a SavedModel version folder."""
+  reader = tf.train.load_checkpoint(str(version / "variables" / "variables"))
+  shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+  sizes = {}
+  for name, dtype in dtypes.items():
+    if dtype != tf.string:  # the object graph
+      sizes[dtype.name] = sizes.get(dtype.name, 0) + dtype.size * int(np.prod(shapes[name]))
+  return sizes
+
+
+@pytest.mark.parametrize("precision", ["int8", "bfloat16"])
+def test_reduced_precision_export_loads_with_only_tensorflow(model_dir, exported, tmp_path,
+                                                             precision):
+  result = export(model_dir, tmp_path / "e", f"--precision={precision}")
+  assert result.returncode == 0, result.stderr
+  version = tmp_path / "e" / "1"
+  settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
+  assert settings["precision"] == precision
+  # the matrices are stored in `precision` only: their float32 originals are not saved
+  low, full = _variable_bytes(version), _variable_bytes(exported / "1")
+  assert precision not in full and precision in low
+  assert low["float32"] + low[precision] < (0.45 if precision == "int8" else 0.65) * full["float32"]
+
+  fresh = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(INPUTS), cwd="/")
+  assert fresh.returncode == 0, fresh.stderr
+  loaded = json.loads(fresh.stdout.strip().splitlines()[-1])
+  model, vocabulary, _ = inference.load_for_inference(str(model_dir), "en", "de")
+  # compiled by XLA as the export is: a rounding step of int8 or bfloat16 turns the last bit of
+  # a float32 difference between XLA and TensorFlow's kernels into a visible one
+  module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
+                      extra_decode_length=5, decode_jit=True, precision=precision)
+  expected = module.serve(tf.constant(INPUTS))
+  assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
+  np.testing.assert_allclose(loaded["scores"], expected["scores"].numpy(), rtol=1e-5)
+  assert loaded["outputs"][1] == "" and loaded["many"] == 1000
+  assert loaded["nbest_shape"] == [len(INPUTS), 2] and loaded["log_prob"][0] < 0
 
 
 @pytest.fixture(scope="module")

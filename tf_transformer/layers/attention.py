@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tf_transformer.layers import low_precision
 from tf_transformer.layers.dropout import Dropout
 from tf_transformer.layers.row_matmul import row_matmul
 from tf_transformer.layers.token_layout import TokenLayout
@@ -26,6 +27,8 @@ class MultiHeadAttention(keras.layers.Layer):
     self.dropout_rate = dropout_rate
     self.self_attention = self_attention
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
+    # {kernel name: LowPrecisionKernel}, filled by low_precision.convert for inference
+    self.low_precision = {}
 
   def build(self, query_shape, memory_shape=None):
     d_model = query_shape[-1]
@@ -43,25 +46,45 @@ class MultiHeadAttention(keras.layers.Layer):
     self.output_kernel = self.add_weight(name="output_kernel", shape=(d_model, d_model),
                                          initializer=init)
 
-  def _query_scaled(self, kernel):
-    """`kernel` (qkv_kernel or q_kernel) in the compute dtype with its query columns times
-    D**-0.5, the scale of the dot products: d_model x columns multiplications instead of one
-    per query element and position (and as many again in the backward pass). A cached
-    decoding step has one query position a row, fewer than the kernel's entries: it scales
-    the query instead (`_scaled_query`)."""
+  def kernels_for_inference(self) -> dict:
+    """The weight matrices by name (see low_precision.convert)."""
+    names = ("qkv_kernel",) if self.self_attention else ("q_kernel", "kv_kernel")
+    return {name: getattr(self, name) for name in names + ("output_kernel",)}
+
+  def _query_scale(self):
+    """D**-0.5, the scale of the dot products, on the query columns of qkv_kernel or q_kernel:
+    float32 [3 * d_model] (1 on the key and value columns) or a scalar.
+
+    Applied to the kernel (d_model x columns multiplications instead of one per query element
+    and position, and as many again in the backward pass). A cached decoding step has one
+    query position a row, fewer than the kernel's entries: it scales the query instead
+    (`_scaled_query`)."""
     scale = (self.d_model // self.num_heads)**-0.5
     if self.self_attention:
-      scale = tf.concat([tf.fill([self.d_model], scale), tf.ones([2 * self.d_model])], axis=0)
-    return tf.cast(tf.cast(kernel, tf.float32) * scale, self.compute_dtype)
+      return tf.concat([tf.fill([self.d_model], scale), tf.ones([2 * self.d_model])], axis=0)
+    return tf.constant(scale)
 
   def _scaled_query(self, query):
     """query [B, H, T, D] times D**-0.5."""
     return query * tf.cast((self.d_model // self.num_heads)**-0.5, query.dtype)
 
-  def _project(self, rows, layout, kernel, parts):
-    """rows [R, d_model] of `layout` @ [d_model, parts * d_model] -> `parts` tensors
-    [B, H, T, D]."""
-    y = layout.to_padded(row_matmul(rows, tf.cast(kernel, self.compute_dtype)))
+  def _matmul(self, rows, name, scale_query=False):
+    """rows [R, d_model] @ the weight `name` -> [R, columns], in the compute dtype; its query
+    columns times D**-0.5 with `scale_query`. A low-precision copy of the weight is used when
+    `low_precision.convert` made one."""
+    low = self.low_precision.get(name)
+    if low is not None:
+      y = tf.cast(low_precision.matmul(rows, low), self.compute_dtype)
+      return y * tf.cast(self._query_scale(), y.dtype) if scale_query else y
+    kernel = getattr(self, name)
+    if scale_query:
+      kernel = tf.cast(kernel, tf.float32) * self._query_scale()
+    return row_matmul(rows, tf.cast(kernel, self.compute_dtype))
+
+  def _project(self, rows, layout, name, parts, scale_query=False):
+    """rows [R, d_model] of `layout` @ the weight `name` [d_model, parts * d_model] ->
+    `parts` tensors [B, H, T, D]."""
+    y = layout.to_padded(self._matmul(rows, name, scale_query))
     y = tf.reshape(y, [layout.batch, layout.length, parts, self.num_heads,
                        self.d_model // self.num_heads])
     y = tf.transpose(y, [2, 0, 3, 1, 4])  # -> [parts, B, H, T, D]
@@ -78,7 +101,7 @@ class MultiHeadAttention(keras.layers.Layer):
     """
     shape = tf.shape(memory)
     key, value = self._project(tf.reshape(memory, [-1, self.d_model]),
-                               TokenLayout.dense(shape[0], shape[1]), self.kv_kernel, 2)
+                               TokenLayout.dense(shape[0], shape[1]), "kv_kernel", 2)
     return {"key": key, "value": value}
 
   def _attend(self, query, key, value, bias, training):
@@ -99,15 +122,15 @@ class MultiHeadAttention(keras.layers.Layer):
     if context.shape[2] != 1:  # with one query position (a decoding step) it is a reshape
       context = tf.transpose(context, [0, 2, 1, 3])
     context = layout.to_rows(tf.reshape(context, [layout.batch, layout.length, self.d_model]))
-    return row_matmul(context, tf.cast(self.output_kernel, self.compute_dtype))
+    return self._matmul(context, "output_kernel")
 
   def _queries_keys_values(self, query, layout, memory, memory_layout):
     """Projects query rows [R, d_model] and, for cross-attention, memory rows [M, d_model]:
     returns query [B, H, T, D] and key/value [B, H, T or S, D]."""
     if self.self_attention:
-      return self._project(query, layout, self._query_scaled(self.qkv_kernel), 3)
-    key, value = self._project(memory, memory_layout, self.kv_kernel, 2)
-    return self._project(query, layout, self._query_scaled(self.q_kernel), 1)[0], key, value
+      return self._project(query, layout, "qkv_kernel", 3, scale_query=True)
+    key, value = self._project(memory, memory_layout, "kv_kernel", 2)
+    return self._project(query, layout, "q_kernel", 1, scale_query=True)[0], key, value
 
   def call(self, query, bias, layout, memory=None, memory_layout=None, cache=None,
            decode_index=None, training=None):
@@ -136,12 +159,12 @@ class MultiHeadAttention(keras.layers.Layer):
       query, key, value = self._queries_keys_values(query, layout, memory, memory_layout)
       context, _ = self._attend(query, key, value, bias, training)
     elif self.self_attention:
-      query, key, value = self._project(query, layout, self.qkv_kernel, 3)
+      query, key, value = self._project(query, layout, "qkv_kernel", 3)
       cache = self._write_cache(cache, key, value, decode_index)
       context, _ = self._attend(self._scaled_query(query), cache["key"], cache["value"], bias,
                                 training)
     else:
-      query = self._scaled_query(self._project(query, layout, self.q_kernel, 1)[0])
+      query = self._scaled_query(self._project(query, layout, "q_kernel", 1)[0])
       context = self._attend_shared(query, cache["key"], cache["value"], bias, training)
     return self._output(context, layout), cache
 

@@ -4,6 +4,7 @@ import keras
 
 import tensorflow as tf
 
+from tf_transformer.layers import low_precision
 from tf_transformer.layers.dropout import Dropout
 from tf_transformer.layers.row_matmul import row_matmul
 
@@ -21,6 +22,8 @@ class FeedForward(keras.layers.Layer):
     self.d_ff = d_ff
     self.dropout_rate = dropout_rate
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
+    # {"inner", "outer": LowPrecisionKernel}, filled by low_precision.convert for inference
+    self.low_precision = {}
 
   def build(self, inputs_shape):
     d_model = inputs_shape[-1]
@@ -30,9 +33,18 @@ class FeedForward(keras.layers.Layer):
     self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
     self.outer.build((None, self.d_ff))
 
+  def kernels_for_inference(self) -> dict:
+    """The weight matrices by name (see low_precision.convert)."""
+    return {"inner": self.inner.kernel, "outer": self.outer.kernel}
+
   def call(self, inputs, training=None):
     """inputs: [R, d_model] token rows -> [R, d_model]; `training` enables the dropout after
     the ReLU."""
+    if self.low_precision:
+      hidden = low_precision.matmul(inputs, self.low_precision["inner"], self.inner.bias,
+                                    relu=True)
+      outputs = low_precision.matmul(hidden, self.low_precision["outer"], self.outer.bias)
+      return tf.cast(outputs, self.compute_dtype)
     # row_matmul's input gradient is faster on CPU for the first layer's [d_model, d_ff]
     # kernel; the second layer's, taller than wide, gains nothing from it
     hidden = row_matmul(inputs, tf.cast(self.inner.kernel, self.compute_dtype),

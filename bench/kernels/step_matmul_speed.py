@@ -1,0 +1,101 @@
+"""A decoding step's matrix products under XLA, each reading its weights from memory, not cache.
+
+    python -m bench.kernels.step_matmul_speed --rows=4 --shape=256x8000 [--kinds=float32,int8]
+
+Times rows [M, K] @ kernel [K, N] in an XLA-compiled loop over enough distinct kernels
+(48 MB in all, more than an L3 cache) that each product streams its kernel from memory, as a
+decoding step does with the decoder's weights. Kinds:
+  - float32: as the float32 export multiplies;
+  - float32_transposed: the kernel stored [N, K] (transpose_b);
+  - split_rows: each row a matrix-vector product of its own (XLA emits its own vectorized
+    kernel for one row, Eigen's for more);
+  - bfloat16: rows and kernel in bfloat16, as the bfloat16 export multiplies;
+  - int8: the int8 export's product (layers/low_precision.py): int8 rows and kernel, int32 sums;
+  - int8_dequantized: the int8 kernel converted to float32 inside the step, float32 product.
+Prints microseconds per product and the float32 bytes of the kernel over that time.
+"""
+
+from absl import app, flags
+
+flags.DEFINE_integer("rows", 4, "M: the rows multiplied (the beam of one sentence).")
+flags.DEFINE_string("shape", "256x8000", "KxN: the kernel's shape.")
+flags.DEFINE_list("kinds", ["float32", "float32_transposed", "split_rows", "bfloat16", "int8",
+                            "int8_dequantized"], "What to time.")
+FLAGS = flags.FLAGS
+
+_BYTES_STREAMED = 48e6
+
+
+def _product(kind, rows, kernel):
+  """rows float32 [M, K] times the kernel prepared for `kind` -> float32 [M, N]."""
+  import tensorflow as tf
+
+  from tf_transformer.layers.low_precision import LowPrecisionKernel
+  if kind == "float32":
+    return tf.matmul(rows, kernel)
+  if kind == "float32_transposed":
+    return tf.matmul(rows, kernel, transpose_b=True)
+  if kind == "split_rows":
+    return tf.concat([tf.matmul(rows[i:i + 1], kernel) for i in range(rows.shape[0])], axis=0)
+  if kind == "int8_dequantized":
+    values, scale = kernel
+    return tf.matmul(rows, tf.cast(values, tf.float32)) * scale
+  assert isinstance(kernel, LowPrecisionKernel)
+  return kernel.matmul(rows)
+
+
+def _kernels(kind, count, k, n, rng):
+  import numpy as np
+  import tensorflow as tf
+
+  from tf_transformer.layers.low_precision import LowPrecisionKernel
+  kernels = []
+  for index in range(count):
+    w = rng.normal(scale=0.05, size=(k, n)).astype(np.float32)
+    if kind in ("float32", "split_rows"):
+      kernels.append(tf.constant(w))
+    elif kind == "float32_transposed":
+      kernels.append(tf.constant(w.T.copy()))
+    elif kind in ("bfloat16", "int8"):
+      kernels.append(LowPrecisionKernel(w, kind, f"k{index}"))
+    else:
+      low = LowPrecisionKernel(w, "int8", f"k{index}")
+      kernels.append((low.values, low.scale))
+  return kernels
+
+
+def main(argv):
+  import time
+
+  import numpy as np
+  import tensorflow as tf
+
+  k, n = (int(x) for x in FLAGS.shape.split("x"))
+  count = max(2, int(np.ceil(_BYTES_STREAMED / (k * n * 4))))
+  iterations = max(3, 400 // count)
+  rng = np.random.default_rng(0)
+  start_rows = tf.constant(rng.normal(size=(FLAGS.rows, k)).astype(np.float32))
+  for kind in FLAGS.kinds:
+    kernels = _kernels(kind, count, k, n, rng)
+
+    @tf.function(jit_compile=True)
+    def run(rows, kernels=kernels, kind=kind):
+      def body(i, rows):
+        for kernel in kernels:  # each product depends on the last: they run one after another
+          rows += 1e-9 * tf.reduce_mean(_product(kind, rows, kernel))
+        return i + 1, rows
+      return tf.while_loop(lambda i, _: i < iterations, body, (0, rows))[1]
+
+    run(start_rows).numpy()  # compiles
+    best = float("inf")
+    for _ in range(3):
+      began = time.perf_counter()
+      run(start_rows).numpy()
+      best = min(best, time.perf_counter() - began)
+    per_product = best / iterations / count
+    print(f"M={FLAGS.rows} K={k} N={n} {kind:20s} {per_product * 1e6:8.1f} us, "
+          f"{k * n * 4 / per_product / 1e9:5.1f} GB/s of float32 kernel", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,111 @@
+"""Tests of tf_transformer/layers/low_precision.py: the int8 and bfloat16 products against exact
+float64 references, and the conversion of a whole Transformer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.config import ModelConfig
+from tf_transformer.layers import low_precision
+from tf_transformer.model import build_model
+
+
+def _bfloat16(x):
+  """float32 -> the nearest bfloat16 (round half to even), as float64: by hand on the bits."""
+  bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+  rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+  return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def test_int8_product_is_exact_on_the_int8_grid():
+  # every row and every kernel column reaches +-127, so both scales are 1: nothing is rounded
+  rng = np.random.default_rng(0)
+  rows = rng.integers(-127, 128, size=(5, 64)).astype(np.float32)
+  rows[:, 0] = [127, -127, 127, -127, 127]
+  kernel = rng.integers(-127, 128, size=(64, 24)).astype(np.float32)
+  kernel[3] = 127
+  low = low_precision.LowPrecisionKernel(kernel, "int8", "k")
+  assert low.values.dtype == tf.int8 and low.scale.shape == (1, 24)
+  np.testing.assert_array_equal(low.matmul(tf.constant(rows)).numpy(),
+                                rows.astype(np.float64) @ kernel.astype(np.float64))
+
+
+def test_int8_product_error_within_the_rounding_bound():
+  rng = np.random.default_rng(1)
+  rows = rng.normal(size=(8, 256)).astype(np.float32)
+  kernel = rng.normal(scale=0.05, size=(256, 1024)).astype(np.float32)
+  out = low_precision.LowPrecisionKernel(kernel, "int8", "k").matmul(tf.constant(rows)).numpy()
+  exact = rows.astype(np.float64) @ kernel.astype(np.float64)
+  # each factor is off by at most half a step (max / 254) per element
+  row_step = np.abs(rows).max(axis=1, keepdims=True) / 254
+  column_step = np.abs(kernel).max(axis=0, keepdims=True) / 254
+  bound = (row_step * np.abs(kernel).sum(axis=0) + np.abs(rows).sum(axis=1, keepdims=True)
+           * column_step + row_step * column_step * 256)
+  assert (np.abs(out - exact) <= bound * (1 + 1e-5)).all()
+  # and far inside it on average: the rounding errors are independent and cancel. Expected
+  # here: each product term is off by about step / sqrt(12) times the other factor, so the
+  # error is about 1% of the result (rows ~ N(0, 1), max ~3.5: steps of 1/36; kernel ~ N(0,
+  # 0.05^2): steps of 1/730), the same relative error whatever d_in
+  assert np.abs(out - exact).mean() < 0.1 * bound.mean()
+  assert np.abs(out - exact).mean() < 0.015 * np.abs(exact).mean()
+
+
+def test_bfloat16_product_rounds_the_kernel_to_8_significant_bits():
+  rng = np.random.default_rng(2)
+  kernel = rng.normal(size=(32, 16)).astype(np.float32)
+  low = low_precision.LowPrecisionKernel(kernel, "bfloat16", "k")
+  assert low.values.dtype == tf.bfloat16 and low.scale is None
+  picks = np.eye(32, dtype=np.float32)[:6]  # rows that pick kernel rows: nothing else rounds
+  np.testing.assert_array_equal(low.matmul(tf.constant(picks)).numpy(), _bfloat16(kernel[:6]))
+  rows = rng.normal(size=(6, 32)).astype(np.float32)
+  exact = rows.astype(np.float64) @ kernel.astype(np.float64)
+  out = low.matmul(tf.constant(rows)).numpy()
+  # both factors and the result rounded to 8 bits: 3 relative errors of at most 2**-9 each
+  bound = 3 * 2.0**-9 * (np.abs(rows) @ np.abs(kernel)) * (1 + 1e-3)
+  assert (np.abs(out - exact) <= bound).all() and np.abs(out - exact).max() > 0
+
+
+def test_matmul_adds_the_bias_and_applies_relu_in_float32():
+  kernel = np.array([[1.0, -2.0], [0.5, 0.25]], np.float32)
+  low = low_precision.LowPrecisionKernel(kernel, "bfloat16", "k")
+  out = low_precision.matmul(tf.constant([[2.0, 4.0]]), low, bias=tf.constant([-1.0, 1.0]),
+                             relu=True)
+  np.testing.assert_array_equal(out.numpy(), [[3.0, 0.0]])  # [4 - 1, -4 + 1 + 1 -> 0]
+
+
+def test_unknown_precision_is_refused():
+  with pytest.raises(ValueError, match="precision must be one of"):
+    low_precision.LowPrecisionKernel(np.zeros((2, 2)), "float16", "k")
+  with pytest.raises(ValueError, match="precision must be one of"):
+    low_precision.convert(None, "int4")
+
+
+def _model(seed=0):
+  keras.utils.set_random_seed(seed)
+  return build_model(ModelConfig(50, 50, num_layers=2, d_model=32, num_heads=4, d_ff=64))
+
+
+@pytest.mark.parametrize("precision, tolerance", [("int8", 0.03), ("bfloat16", 0.03)])
+def test_converted_model_reads_only_the_copies(precision, tolerance):
+  reference, model = _model(), _model()
+  ids = tf.constant(np.random.default_rng(3).integers(4, 50, size=(3, 9)), tf.int32)
+  source, target = ids, tf.roll(ids, 1, axis=1)
+  expected = reference((source, target), training=False).numpy()
+  added, replaced = low_precision.convert(model, precision)
+  # per layer: self-attention qkv and output, feed-forward inner and outer (encoder); and the
+  # cross-attention q, kv and output (decoder); plus the pre-softmax copy
+  assert len(replaced) == 2 * 4 + 2 * 7
+  assert len(added) == (len(replaced) + 1) * (2 if precision == "int8" else 1)
+  out = model((source, target), training=False).numpy()
+  assert np.abs(out - expected).max() < tolerance * np.abs(expected).max()
+  assert np.abs(out - expected).max() > 0  # the copies, not the float32 matrices, were used
+  for variable in replaced:  # the float32 matrices are no longer read at all
+    variable.assign(tf.fill(variable.shape, np.nan))
+  np.testing.assert_array_equal(model((source, target), training=False).numpy(), out)
+
+
+def test_float32_converts_nothing():
+  model = _model()
+  assert low_precision.convert(model, "float32") == ([], [])
+  assert model.decoder.layer_0.ffn.low_precision == {}
