@@ -18,6 +18,7 @@ from tf_transformer import inference
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DataConfig, ModelConfig
 from tf_transformer.model import Transformer
+from tf_transformer.translator import Translator
 
 MODEL = ModelConfig(100, 100, num_layers=2, d_model=32, num_heads=4, d_ff=64)
 DATA = DataConfig(data_dir="data", src_lang="en", tgt_lang="de", vocab_size=100)
@@ -134,6 +135,19 @@ def _translate(folder, *args):
                           "--extra_decode_length=4", *args, stdin="aa bb cc\ndd ee\n")
 
 
+def _nbest(folder, checkpoint, texts):
+  """[(index, hypothesis, score)] of the 2-best lists of `texts` that the weights of `folder`'s
+  `checkpoint` give, decoded here with _translate's search."""
+  model, vocabulary, _ = inference.load_for_inference(str(folder), "en", "de",
+                                                      f"{folder}/{checkpoint}")
+  translator = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
+                          extra_decode_length=4)
+  outputs, scores = inference.translate_texts(translator.translate_nbest, texts)
+  return [(index, hypothesis, score)
+          for index, (row, row_scores) in enumerate(zip(outputs, scores))
+          for hypothesis, score in zip(row, row_scores)]
+
+
 def test_translate_and_export_load_the_checkpoint_named(checkpoints_dir, tmp_path):
   folder, _ = checkpoints_dir
   export = ("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
@@ -146,7 +160,14 @@ def test_translate_and_export_load_the_checkpoint_named(checkpoints_dir, tmp_pat
   best, latest, exported = [run.result() for run in runs]
   for result in (best, latest, exported):
     assert result.returncode == 0, result.stderr
-  assert best.stdout != latest.stdout  # the n-best scores of other weights
+  # each prints the n-best lists of the weights it names (best/ holds step 200's)
+  for result, checkpoint in ((best, "best/ckpt-200"), (latest, "ckpt-400")):
+    printed = [line.split(" ||| ") for line in result.stdout.splitlines()]
+    expected = _nbest(folder, checkpoint, ["aa bb cc", "dd ee"])
+    assert [(int(i), text) for i, text, _ in printed] == [(i, t) for i, t, _ in expected]
+    np.testing.assert_allclose([float(score) for *_, score in printed],
+                               [score for *_, score in expected], atol=1e-4)
+  assert best.stdout != latest.stdout
   versions = [name for name in os.listdir(tmp_path) if name.isdigit()]
   assert versions == ["300"]  # the checkpoint's step
 

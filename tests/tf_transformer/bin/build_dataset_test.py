@@ -1,8 +1,13 @@
 """Tests for the build_dataset CLI: text files in, a TFDS dataset that training reads out."""
 
 import json
+import pathlib
+import re
+
+import numpy as np
 
 from tests import testutil
+from tests.tf_transformer.trainer_test import summaries
 
 
 def write_split(folder, name, lines, offset=0):
@@ -25,8 +30,17 @@ def test_build_cli_then_training_from_the_tfds_dataset(tmp_path):
                             "--src_lang=src", "--tgt_lang=tgt", f"--model_dir={tmp_path / 'model'}",
                             "--train_steps=20", "--eval_every=20", timeout=400)
   assert result.returncode == 0, result.stderr
+  assert "tfds:cli_corpus: 200 training pairs; splits train, validation" in result.stderr
   results = json.loads((tmp_path / "model" / "results.json").read_text())
-  assert results["step"] == 20 and results["best_dev_bleu"] >= 0.0
+  dev = summaries(tmp_path / "model" / "eval")
+  # the dev BLEU of results.json is that of the evaluation at step 20 ...
+  assert results["step"] == 20 and dev["bleu"] == [(20, np.float32(results["best_dev_bleu"]))]
+  # ... which translated the dataset's validation split (its first sentences are shown)
+  [(_, shown)] = dev["translations"]
+  samples = re.findall(r"\*\*source\*\* (.*?)  \n\*\*reference\*\* (.*?)  \n", shown.decode())
+  validation = set(zip(*(pathlib.Path(path).read_text().splitlines()
+                         for path in (dev_src, dev_tgt))))
+  assert len(samples) == 4 and set(samples) <= validation, samples
 
 
 def test_build_cli_refuses_mismatched_files(tmp_path):
