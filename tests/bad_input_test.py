@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
+from common.files import TEMPORARY_MARK
 from tests import testutil
 from tests.tf_transformer.bin.train_test import write_corpus
 
@@ -207,12 +209,20 @@ def _run(name, corpus, model_dir, folder):
     case.prepare(data, model)
   fill = lambda text: text.replace("{d}", str(data)).replace("{m}", str(model))
   limit = case.file_limit
+  before = _files(data, model)
   result = subprocess.run(
       [sys.executable, "-m", *(fill(part) for part in case.command)], cwd=testutil.ROOT,
       input=case.stdin, capture_output=True, timeout=300,
       preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))) if limit
       else None)
-  return result, data, model
+  written = sorted(path for path, stamp in _files(data, model).items() if before.get(path) != stamp)
+  return result, data, model, written
+
+
+def _files(*folders) -> dict:
+  """{path: (size, modification time)} of every file and folder under `folders`."""
+  return {path: (path.stat().st_size, path.stat().st_mtime_ns)
+          for folder in folders for path in folder.glob("**/*")}
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +239,17 @@ def results(tmp_path_factory, tiny_model_dir):
 
 @pytest.mark.parametrize("name", ROWS)
 def test_bad_input_is_one_line_error(name, results):
-  result, data, model = results[name]
+  result, data, model, written = results[name]
   fill = lambda text: text.replace("{d}", str(data)).replace("{m}", str(model))
   stderr = result.stderr.decode("utf-8", "replace")
   assert result.returncode == 1, stderr
   assert "Traceback" not in stderr, stderr
   last = stderr.strip().splitlines()[-1]
   assert _matches(last, fill(ROWS[name].message)), last
-  assert not list(data.glob("**/*.tmp-*")) and not list(model.glob("**/*.tmp-*"))
+  # no partial output: no temporary file or checkpoint folder, and each checkpoint index the
+  # run wrote is whole (a save that failed, as on a full disk, removed its files)
+  partial = [path for folder in (data, model) for path in folder.glob("**/*")
+             if TEMPORARY_MARK in path.name or path.name.endswith("_temp")]
+  assert not partial, partial
+  for index in (path for path in written if path.suffix == ".index"):
+    tf.train.load_checkpoint(str(index.with_suffix("")))

@@ -1,6 +1,7 @@
 """A model directory's checkpoints: which one --checkpoint names, restoring it, averaging the
 newest ones, and sweeping what a killed save left behind. All through tf.io.gfile."""
 
+import contextlib
 import os
 import re
 
@@ -108,6 +109,18 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False):
                         "resume from an earlier one, or use another --model_dir") from None
 
 
+def save(manager: tf.train.CheckpointManager, step: int) -> str:
+  """`manager.save(checkpoint_number=step)`; a save that fails (a full disk) leaves nothing
+  behind: its partial files are removed before the error goes on."""
+  try:
+    return manager.save(checkpoint_number=step)
+  except (tf.errors.OpError, OSError):
+    # the save's own error is the one to report, not one of the sweep
+    with contextlib.suppress(tf.errors.OpError, OSError, ModelDirError):
+      remove_partial_saves(manager.directory)
+    raise
+
+
 def remove_partial_saves(folder: str):
   """Deletes what a killed checkpoint save left in `folder`: its `<prefix>-N_temp` folder
   and the files of a checkpoint newer than the last one recorded as complete."""
@@ -171,7 +184,7 @@ def average(model_dir: str, last: int) -> str:
   # keeps one: the checkpoint it replaces is deleted
   manager = tf.train.CheckpointManager(checkpoint, average_dir, max_to_keep=1,
                                        checkpoint_name="ckpt")
-  path = manager.save(checkpoint_number=checkpoint_step(paths[-1]))
+  path = save(manager, checkpoint_step(paths[-1]))
   model_dir_lib.write_json(os.path.join(average_dir, "average.json"),
                            {"checkpoint": os.path.basename(path),
                             "averaged": [os.path.basename(p) for p in paths]})

@@ -115,7 +115,7 @@ class Evaluator:
     if results["bleu"] > float(self.best_bleu.numpy()) and all_finite(self._model.weights):
       self.best_bleu.assign(results["bleu"])
       self.evals_without_improvement.assign(0)
-      self.best_manager.save(checkpoint_number=step)
+      checkpoints.save(self.best_manager, step)
       logging.info("new best dev BLEU %.2f at step %d", results["bleu"], step)
     else:
       self.evals_without_improvement.assign_add(1)

@@ -196,10 +196,10 @@ class Trainer:
       weights = self.model.trainable_variables
       trained = [tf.identity(weight) for weight in weights]
       self.optimizer.finalize_variable_values(weights)  # the average into the model, saved
-      self.ema_manager.save(checkpoint_number=step)
+      checkpoints.save(self.ema_manager, step)
       for weight, value in zip(weights, trained):
         weight.assign(value)
-    self.manager.save(checkpoint_number=step)
+    checkpoints.save(self.manager, step)
 
   def _last_good(self) -> str:
     latest = self.manager.latest_checkpoint
