@@ -107,8 +107,27 @@ def _sentences_done(step, limits, alive_log_probs, finished_scores, alpha: float
   return (best_possible < worst_finished) | (step >= limits)
 
 
+def _force_prefix(logits, prefix_ids, step, beam_size: int):
+  """`logits` with every token but the prefix's at `step` set to a large negative, in the rows
+  of the sentences whose prefix is that long; the other rows as they are.
+
+  Args:
+    logits: float32 [B * K, V].
+    prefix_ids: int32 [B, P], each sentence's forced first tokens, 0-padded (P may be 0).
+    step: int32 scalar.
+    beam_size: K.
+  """
+  # a column of zeros past the end: no token is forced from step P on
+  padded = tf.pad(prefix_ids, [[0, 0], [0, 1]])
+  forced = padded[:, tf.minimum(step, tf.shape(prefix_ids)[1])]  # -> [B], 0: none
+  forced = tf.repeat(forced, beam_size)  # -> [B * K]
+  other = tf.not_equal(tf.range(tf.shape(logits)[-1])[tf.newaxis], forced[:, tf.newaxis])
+  return tf.where((forced > 0)[:, tf.newaxis] & other, _NEG_INF, logits)
+
+
 def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, *,
-                batch, beam_size: int, eos_id: int, min_length, buffer_length):
+                batch, beam_size: int, eos_id: int, min_length, buffer_length,
+                prefix_ids=None):
   """Extends each live hypothesis by one token and keeps the 2K best extensions of a sentence.
 
   2K: even if K of them end in EOS, K live ones remain. The 2K best of a sentence are among the
@@ -127,6 +146,7 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
     eos_id: end-of-sentence id.
     min_length: int32 scalar: EOS cannot be produced before this many tokens.
     buffer_length: L.
+    prefix_ids: optional int32 [B, P], tokens forced at the first steps (see `beam_search`).
 
   Returns:
     top_ids: int32 [B, 2K, L], the candidates: their parent's tokens and the new one.
@@ -141,6 +161,8 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
   vocab_size = tf.shape(logits)[-1]
   eos_column = tf.one_hot(eos_id, vocab_size, on_value=_NEG_INF, off_value=0.0)
   allowed = tf.cond(step + 1 < min_length, lambda: logits + eos_column, lambda: logits)
+  if prefix_ids is not None:
+    allowed = _force_prefix(allowed, prefix_ids, step, k)
   per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
   row_logits, row_tokens = _top_k_rows(allowed, per_row)  # -> [B * K, 2K]
   row_log_probs = row_logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
@@ -249,7 +271,8 @@ def _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, 
 
 
 def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
-                max_decode_length, eos_id: int, min_length=0, buffer_length=None):
+                max_decode_length, eos_id: int, min_length=0, buffer_length=None,
+                prefix_ids=None):
   """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
 
   Every step expands each live hypothesis, keeps the 2K best extensions (at most K of them end
@@ -273,6 +296,10 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     min_length: EOS cannot be produced before this many tokens (EOS included).
     buffer_length: L, the width of the output ids (>= every max_decode_length; required when
       that is a tensor). A static L lets XLA compile one search for many limits.
+    prefix_ids: optional int32 [B, P]: each sentence's first tokens, forced (0-padded; a row
+      of 0s forces nothing). Each is scored with the model's log-probability, as a forced
+      decoding scores it, and the search goes on from the end of the prefix. A prefix longer
+      than its sentence's limit is cut there.
 
   Returns:
     ids: int32 [B, K, L], the tokens of each hypothesis, best first; EOS included, then 0s.
@@ -302,8 +329,11 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     old = (alive_ids, alive_log_probs, finished_ids, finished_scores)
     top_ids, top_log_probs, top_tokens, top_beams, cache = _grow_alive(
         symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, batch=batch,
-        beam_size=k, eos_id=eos_id, min_length=min_length, buffer_length=buffer_length)
-    ends = tf.equal(top_tokens, eos_id)
+        beam_size=k, eos_id=eos_id, min_length=min_length, buffer_length=buffer_length,
+        prefix_ids=prefix_ids)
+    # a candidate masked out (a forced step, or EOS before min_length) only fills the 2K
+    # places: it never counts as finished
+    ends = tf.equal(top_tokens, eos_id) & (top_log_probs > _NEG_INF / 2)
     last_ids, alive_ids, alive_log_probs, cache = _choose_alive(
         top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch, k)
     finished_ids, finished_scores = _merge_finished(

@@ -14,7 +14,8 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0, max_decode_length=None):
+           extra_decode_length: int = 50, min_length=0, max_decode_length=None,
+           prefix_ids=None):
   """Beam search over the model's key/value-cached decoder (see beam_search for beam_size 1).
 
   Args:
@@ -27,17 +28,26 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     min_length: no EOS before this many tokens.
     max_decode_length: if given, the fixed maximum instead of source_length + extra (with
       min_length equal to it, every sentence gets exactly that many decoder steps).
+    prefix_ids: optional int32 [batch, P], PAD_ID-padded: the first target tokens of each
+      translation, forced (a row of PAD_IDs: none). A sentence with a prefix gets at most
+      max(source length, prefix length) + extra tokens.
 
   Returns:
     ids: int32 [batch, beam_size, L], best first, EOS then zeros; L is max_decode_length, or
-      source_ids' width + extra_decode_length.
+      max(source_ids' width, prefix_ids' width) + extra_decode_length.
     scores: float32 [batch, beam_size], length-normalized log-probabilities.
   """
   buffer_length = max_decode_length
   if max_decode_length is None:
-    buffer_length = (source_ids.shape[1] or tf.shape(source_ids)[1]) + extra_decode_length
-    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
-    max_decode_length = source_lengths + extra_decode_length  # -> [batch]
+    buffer_length = _width(source_ids)
+    lengths = _lengths(source_ids)  # -> [batch]
+    if prefix_ids is not None:
+      prefix_width = _width(prefix_ids)
+      static = isinstance(buffer_length, int) and isinstance(prefix_width, int)
+      buffer_length = (max if static else tf.maximum)(buffer_length, prefix_width)
+      lengths = tf.maximum(lengths, _lengths(prefix_ids))
+    buffer_length += extra_decode_length
+    max_decode_length = lengths + extra_decode_length
   memory, cross_bias = model.encode(source_ids, training=False)
   cache = model.init_decode_cache(memory, buffer_length)
   forbidden = never_generated_bias(model.target_vocab_size)
@@ -51,8 +61,18 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
 
   ids, scores = beam_search.beam_search(
       symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],
-      beam_size, alpha, max_decode_length, EOS_ID, min_length, buffer_length)
+      beam_size, alpha, max_decode_length, EOS_ID, min_length, buffer_length, prefix_ids)
   return ids, scores
+
+
+def _width(ids):
+  """The width of ids [batch, width]: a Python int when static."""
+  return ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
+
+
+def _lengths(ids):
+  """int32 [batch]: the tokens of each row of ids [batch, width] that are not PAD_ID."""
+  return tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
 
 
 def attention(model, source_ids, target_ids):

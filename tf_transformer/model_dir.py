@@ -95,6 +95,12 @@ def check_data(model_dir: str, data_config):
                  "the vocabulary")
 
 
+def read_data(model_dir: str) -> dict:
+  """data.json's record (src_lang, tgt_lang, vocabulary settings), or {} when there is none."""
+  path = os.path.join(model_dir, "data.json")
+  return _read_json(path) if tf.io.gfile.exists(path) else {}
+
+
 def _read_json(path: str) -> dict:
   try:
     with tf.io.gfile.GFile(path) as f:

@@ -4,7 +4,6 @@
 import sys
 
 from tf_transformer.config import FlagError
-from tf_transformer.inference import align_texts, score_texts, translate_texts
 
 
 def iter_lines(path: str | None):
@@ -28,38 +27,48 @@ def read_lines(path: str | None) -> list[str]:
   return list(iter_lines(path))
 
 
-def translation_lines(functions, texts: list[str], nbest: int = 1, print_alignment=False,
-                      first_index: int = 0, **batching) -> list[str]:
+def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=False,
+                      first_index: int = 0, target_prefix: list[str] | None = None,
+                      **batching) -> list[str]:
   """The output of each text: its translation line(s), each ending in a newline.
 
   Args:
-    functions: inference.InferenceFunctions.
+    model: inference.TranslationModel.
     texts: sentences numbered from `first_index` (the n-best index).
     nbest: 1: the best translation; more: `index ||| translation ||| score` lines.
     print_alignment: the best translation + ` ||| ` + its `src-tgt` piece alignment.
-    batching: batch_size, batch_tokens, count_tokens, progress (see translate_texts).
+    target_prefix: optional prefixes, one per text, that the translations start with.
+    batching: batch_size, batch_tokens, progress (see TranslationModel.translate).
   """
   if print_alignment:
-    outputs, alignments = align_texts(functions.align, texts, **batching)
+    outputs, alignments = model.align(texts, **batching)
     return [f"{output} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}\n"
             for output, pairs in zip(outputs, alignments)]
-  outputs, scores = translate_texts(functions.translate_nbest, texts, **batching)
   if nbest == 1:
-    return [hypotheses[0] + "\n" for hypotheses in outputs]
-  return ["".join(f"{index} ||| {hypothesis} ||| {score:.4f}\n"
-                  for hypothesis, score in list(zip(hypotheses, row_scores))[:nbest])
-          for index, (hypotheses, row_scores) in enumerate(zip(outputs, scores), first_index)]
+    return [output + "\n" for output in
+            model.translate(texts, target_prefix=target_prefix, **batching)]
+  return ["".join(f"{index} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
+                  for hypothesis in hypotheses)
+          for index, hypotheses in enumerate(
+              model.translate(texts, nbest=nbest, target_prefix=target_prefix, **batching),
+              first_index)]
 
 
-def translate_stream(functions, lines, out, nbest: int = 1, print_alignment: bool = False):
+def translate_stream(model, lines, out, nbest: int = 1, print_alignment: bool = False,
+                     prefixes=None):
   """Translates each of `lines` (an iterator) as soon as it comes and writes its answer to
-  `out` at once: a terminal or a pipe that waits for each answer is served line by line."""
+  `out` at once: a terminal or a pipe that waits for each answer is served line by line.
+  `prefixes`: an optional iterator of target prefixes, one per line."""
   for index, line in enumerate(lines):
-    out.write(translation_lines(functions, [line], nbest, print_alignment, index)[0])
+    prefix = None if prefixes is None else [next(prefixes, None)]
+    if prefix == [None]:
+      raise FlagError(f"line {index + 1} of the input has no target prefix: the prefixes must "
+                      "be line-aligned with the input")
+    out.write(translation_lines(model, [line], nbest, print_alignment, index, prefix)[0])
     out.flush()
 
 
-def score_lines(score, sources: list[str], targets: list[str], **batching) -> list[str]:
-  """`score ||| target` lines (score: see score_texts) of line-aligned sentences."""
+def score_lines(model, sources: list[str], targets: list[str], **batching) -> list[str]:
+  """`score ||| target` lines (see TranslationModel.score) of line-aligned sentences."""
   return [f"{value:.4f} ||| {target}\n"
-          for value, target in zip(score_texts(score, sources, targets, **batching), targets)]
+          for value, target in zip(model.score(sources, targets, **batching), targets)]

@@ -32,7 +32,8 @@ class _Untracked:
 
 
 class Translator(tf.Module):
-  """Signatures `serving_default`, `translate_nbest`, `score` and `align` over a Transformer.
+  """Signatures `serving_default`, `translate_nbest`, `translate_prefix`, `score` and `align`
+  over a Transformer.
 
   Args:
     model: the Transformer (its variables are tracked, the object is not).
@@ -74,24 +75,34 @@ class Translator(tf.Module):
                   min_length=min_decode_length, max_decode_length=max_decode_length)
     self.decode_jit = decode_jit
     self.max_batch_size = max_batch_size
-    self._search_ids = tf.function(lambda ids: decoding.decode(model, ids, **search),
-                                   jit_compile=decode_jit)
+    self._search_ids = tf.function(
+        lambda ids, prefix_ids=None: decoding.decode(model, ids, prefix_ids=prefix_ids, **search),
+        jit_compile=decode_jit)
 
-  def _decode(self, source_ids):
-    """int32 [B, S] -> (ids int32 [B, beam_size, L], scores float32 [B, beam_size])."""
+  def _decode(self, source_ids, prefix_ids=None):
+    """int32 [B, S] (and optional forced prefixes int32 [B, P], see decoding.decode) -> (ids
+    int32 [B, beam_size, L], scores float32 [B, beam_size])."""
     if not self.decode_jit:
-      return self._search_ids(source_ids)
-    batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+      return self._search_ids(source_ids, prefix_ids)
+    batch = tf.shape(source_ids)[0]
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
     # sentence's search stops at its own length limit, so neither changes its result)
     powers_of_two = tf.bitwise.left_shift(1, tf.range(31))
     padded_batch = tf.reduce_min(tf.boolean_mask(powers_of_two, powers_of_two >= batch))
-    padded_width = -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
-    padded = tf.concat([source_ids, tf.tile(source_ids[:1], [padded_batch - batch, 1])], axis=0)
-    padded = tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
-    ids, scores = self._search_ids(padded)
+    padded = [self._bucketed(ids, padded_batch - batch) for ids in (source_ids, prefix_ids)
+              if ids is not None]
+    ids, scores = self._search_ids(*padded)
     return ids[:batch], scores[:batch]
+
+  @staticmethod
+  def _bucketed(ids, extra_rows):
+    """ids int32 [B, W] with `extra_rows` copies of its first row below, PAD_ID-padded to a
+    width that is a multiple of _WIDTH_BUCKET."""
+    width = tf.shape(ids)[1]
+    padded = tf.concat([ids, tf.tile(ids[:1], [extra_rows, 1])], axis=0)
+    padded_width = -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
+    return tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
 
   @staticmethod
   def _ids(tokenizer, texts, max_length=None):
@@ -124,14 +135,21 @@ class Translator(tf.Module):
     return tuple(array.concat() if count > 0 else tf.zeros([0, *spec.shape], spec.dtype)
                  for array, spec in zip(arrays, specs))
 
-  def _search(self, texts):
-    """string [B] -> (string [B, nbest], float32 [B, nbest]), max_batch_size rows at a time."""
+  def _search(self, texts, prefixes=None):
+    """string [B] (and their target prefixes, string [B]) -> (string [B, nbest], float32
+    [B, nbest]), max_batch_size rows at a time."""
+    inputs = (texts,) if prefixes is None else (texts, prefixes)
     return self._in_chunks(self._search_chunk, [([self.nbest], tf.string),
-                                                ([self.nbest], tf.float32)], texts)
+                                                ([self.nbest], tf.float32)], *inputs)
 
-  def _search_chunk(self, texts):
-    """string [B] -> (string [B, nbest], float32 [B, nbest]); blank input -> "" with score 0."""
-    ids, scores = self._decode(self._source_ids(texts))
+  def _search_chunk(self, texts, prefixes=None):
+    """string [B] (and target prefixes string [B]) -> (string [B, nbest], float32 [B, nbest]);
+    blank input -> "" with score 0."""
+    prefix_ids = None
+    if prefixes is not None:
+      prefix_ids = self.target_tokenizer.tokenize(prefixes)[:, :self.max_length]
+      prefix_ids = prefix_ids.to_tensor(default_value=PAD_ID)
+    ids, scores = self._decode(self._source_ids(texts), prefix_ids)
     ids, scores = ids[:, :self.nbest], scores[:, :self.nbest]
     batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
     flat = decoding.strip_after_eos(tf.reshape(ids, [batch * self.nbest, length]))
@@ -149,6 +167,23 @@ class Translator(tf.Module):
   def translate_nbest(self, inputs):
     """inputs: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}."""
     outputs, scores = self._search(_rows(inputs))
+    return {"outputs": outputs, "scores": scores}
+
+  @tf.function(input_signature=[_STRINGS, _STRINGS])
+  def translate_prefix(self, inputs, prefix):
+    """Translations that begin with given target text (interactive translation, post-editing).
+
+    inputs, prefix: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}:
+    each translation of inputs[i] starts with prefix[i]'s subword pieces (its first
+    max_length), forced, and the search continues from there; an empty prefix forces nothing
+    (the translation of `translate_nbest`). Scores are those of the whole output, prefix
+    included.
+    """
+    inputs, prefix = _rows(inputs), _rows(prefix)
+    with tf.control_dependencies([tf.debugging.assert_equal(
+        tf.size(inputs), tf.size(prefix),
+        message="translate_prefix: inputs and prefix must have the same number of rows")]):
+      outputs, scores = self._search(inputs, prefix)
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS])
@@ -195,5 +230,6 @@ class Translator(tf.Module):
   def signatures(self) -> dict:
     return {"serving_default": self.serve.get_concrete_function(),
             "translate_nbest": self.translate_nbest.get_concrete_function(),
+            "translate_prefix": self.translate_prefix.get_concrete_function(),
             "score": self.score.get_concrete_function(),
             "align": self.align.get_concrete_function()}

@@ -83,7 +83,7 @@ def test_warmup_requests_cover_every_signature_and_replay(exported, loaded):
     assert sorted(outputs) == sorted(signature.structured_outputs), name
     assert all(tensor.shape[0] == batch for tensor in outputs.values()), name
   assert batches == {name: [1, 8] for name in
-                     ("serving_default", "translate_nbest", "score", "align")}
+                     ("serving_default", "translate_nbest", "translate_prefix", "score", "align")}
 
 
 def test_saved_model_cli_shows_the_signatures(exported):
@@ -92,12 +92,14 @@ def test_saved_model_cli_shows_the_signatures(exported):
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr
   shown = result.stdout
-  for name in ("serving_default", "translate_nbest", "score", "align"):
+  for name in ("serving_default", "translate_nbest", "translate_prefix", "score", "align"):
     assert f"signature_def['{name}']" in shown
   serving = shown.split("signature_def['serving_default']")[1].split("signature_def[")[0]
   assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING" in serving
   assert "outputs['outputs'] tensor_info:\n        dtype: DT_STRING" in serving
   assert "outputs['scores'] tensor_info:\n        dtype: DT_FLOAT" in serving
+  prefix = shown.split("signature_def['translate_prefix']")[1].split("signature_def[")[0]
+  assert "inputs['prefix'] tensor_info:\n        dtype: DT_STRING" in prefix
   score = shown.split("signature_def['score']")[1].split("signature_def[")[0]
   assert "outputs['log_prob'] tensor_info:\n        dtype: DT_FLOAT" in score
   align = shown.split("signature_def['align']")[1].split("signature_def[")[0]
@@ -113,6 +115,8 @@ model = tf.saved_model.load(sys.argv[1])
 inputs = tf.constant(json.loads(sys.argv[2]))
 best = model.signatures["serving_default"](inputs=inputs)
 nbest = model.signatures["translate_nbest"](inputs=inputs)
+prefixed = model.signatures["translate_prefix"](inputs=inputs, prefix=tf.constant(
+    json.loads(sys.argv[3])))
 score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
 many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
 align = model.signatures["align"](inputs=inputs)
@@ -121,6 +125,8 @@ assert not any(name.split(".")[0] in ("tf_transformer", "data_pipeline", "export
 print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
                   "scores": best["scores"].numpy().tolist(),
                   "nbest_shape": list(nbest["outputs"].shape),
+                  "prefixed": [[o.decode() for o in row] for row in prefixed["outputs"].numpy()],
+                  "prefixed_scores": prefixed["scores"].numpy().tolist(),
                   "log_prob": score["log_prob"].numpy().tolist(),
                   "many": int(many["outputs"].shape[0]),
                   "align_outputs": [o.decode() for o in align["outputs"].numpy()],
@@ -132,8 +138,14 @@ print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
 """
 
 
+def _prefixes() -> list[str]:
+  """A target prefix per INPUTS row: every other one empty."""
+  return ["ss tt" if row % 2 == 0 else "" for row in range(len(INPUTS))]
+
+
 def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
-  result = testutil.run_python(_FRESH_PROCESS, str(exported / "1"), json.dumps(INPUTS), cwd="/")
+  result = testutil.run_python(_FRESH_PROCESS, str(exported / "1"), json.dumps(INPUTS),
+                               json.dumps(_prefixes()), cwd="/")
   assert result.returncode == 0, result.stderr
   loaded = json.loads(result.stdout.strip().splitlines()[-1])
   model, vocabulary, _ = inference.load_for_inference(str(model_dir), "en", "de")
@@ -146,6 +158,9 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
   assert loaded["nbest_shape"] == [len(INPUTS), 2]
   assert loaded["many"] == 1000
   assert loaded["log_prob"][0] < 0
+  prefixed = module.translate_prefix(tf.constant(INPUTS), tf.constant(_prefixes()))
+  assert loaded["prefixed"] == [[o.decode() for o in row] for row in prefixed["outputs"].numpy()]
+  np.testing.assert_allclose(loaded["prefixed_scores"], prefixed["scores"].numpy(), rtol=1e-5)
 
   # align: the same best translation, with attention rows over the pieces read and written
   assert loaded["align_outputs"] == loaded["outputs"]
@@ -190,7 +205,8 @@ def test_reduced_precision_export_loads_with_only_tensorflow(model_dir, exported
   assert precision not in full and precision in low
   assert low["float32"] + low[precision] < (0.45 if precision == "int8" else 0.65) * full["float32"]
 
-  fresh = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(INPUTS), cwd="/")
+  fresh = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(INPUTS),
+                              json.dumps(_prefixes()), cwd="/")
   assert fresh.returncode == 0, fresh.stderr
   loaded = json.loads(fresh.stdout.strip().splitlines()[-1])
   model, vocabulary, _ = inference.load_for_inference(str(model_dir), "en", "de")

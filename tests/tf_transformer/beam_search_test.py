@@ -32,10 +32,11 @@ def sequence_log_prob(sequence):
   return log_prob
 
 
-def run(beam_size, alpha=0.6, batch=1, min_length=0, max_length=MAX_LENGTH):
+def run(beam_size, alpha=0.6, batch=1, min_length=0, max_length=MAX_LENGTH, prefix_ids=None):
   initial = tf.fill([batch], START)
   ids, scores = beam_search(toy_logits, initial, {"sum": tf.zeros([batch], tf.int32)},
-                            beam_size, alpha, max_length, EOS, min_length)
+                            beam_size, alpha, max_length, EOS, min_length,
+                            prefix_ids=prefix_ids)
   return ids.numpy(), scores.numpy()
 
 
@@ -142,3 +143,43 @@ def test_each_sentence_stops_at_its_own_limit_as_if_decoded_alone(beam_size):
     np.testing.assert_array_equal(ids[row, :, :limit].numpy(), alone_ids[0])
     assert not ids[row, :, limit:].numpy().any()
     np.testing.assert_allclose(scores[row].numpy(), alone_scores[0], rtol=1e-6)
+
+
+# (prefix, rows): sentences with prefixes of 0, 1 and 2 tokens in one batch, 0-padded
+PREFIXES = [(), (4,), (3, 2)]
+PREFIX_IDS = tf.constant([[0, 0], [4, 0], [3, 2]], tf.int32)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_a_forced_prefix_continues_as_the_exhaustive_search_over_its_continuations(alpha):
+  ids, scores = run(beam_size=27, alpha=alpha, batch=3, prefix_ids=PREFIX_IDS)
+  for row, prefix in enumerate(PREFIXES):
+    exhaustive = sorted(
+        (sequence_log_prob(s) / float(length_penalty(len(s), alpha)), s)
+        for s in finished_sequences(MAX_LENGTH) if s[:len(prefix)] == prefix)[::-1]
+    for rank in range(3):
+      want_score, want_sequence = exhaustive[rank]
+      np.testing.assert_allclose(scores[row, rank], want_score, rtol=1e-5)
+      assert tuple(ids[row, rank, :len(want_sequence)]) == want_sequence
+
+
+# alpha 5: the length penalty of these short prefixes is as large as alpha 0.6 gives a prefix of
+# 20 tokens, where a masked-out candidate ending in EOS would score above -1e9 / 2 and pass for
+# a finished hypothesis
+@pytest.mark.parametrize("alpha", [0.6, 5.0])
+def test_every_hypothesis_starts_with_its_prefix_and_scores_as_forced_decoding(alpha):
+  ids, scores = run(beam_size=4, alpha=alpha, batch=3, prefix_ids=PREFIX_IDS)
+  for row, prefix in enumerate(PREFIXES):
+    for sequence, score in zip(ids[row], scores[row]):
+      assert tuple(sequence[:len(prefix)]) == prefix
+      # a live hypothesis (no EOS) completes the n-best, scored at the length limit
+      tokens = tuple(sequence[:list(sequence).index(EOS) + 1] if EOS in sequence else sequence)
+      want = sequence_log_prob(tokens) / float(length_penalty(len(tokens), alpha))
+      np.testing.assert_allclose(score, want, rtol=1e-5)
+
+
+def test_empty_prefixes_change_nothing():
+  for prefix_ids in (tf.zeros([2, 3], tf.int32), tf.zeros([2, 0], tf.int32)):
+    for got, want in zip(run(beam_size=3, batch=2, prefix_ids=prefix_ids),
+                         run(beam_size=3, batch=2)):
+      np.testing.assert_array_equal(got, want)

@@ -1,9 +1,17 @@
-"""Sentence lists through the inference functions: token-based batches, hard alignments."""
+"""Sentence lists through the inference functions: token-based batches, hard alignments, and
+the Python API (the README's example, run as written)."""
+
+import ast
+import pathlib
+import re
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from tf_transformer import inference
+from data_pipeline.token_ids import EOS_ID
+from export import serving
+from tf_transformer import decoding, inference
 from tf_transformer.config import DecodeConfig
 from tf_transformer.inference import hard_alignment, load_inference, make_batches, translate_texts
 
@@ -28,7 +36,7 @@ def test_batches_keep_within_rows_and_tokens():
 def test_token_batches_translate_like_sentence_batches(tiny_model_dir):
   functions = load_inference(None, str(tiny_model_dir), "en", "de",
                              DecodeConfig(beam_size=2, nbest=2, max_length=8,
-                                          extra_decode_length=4))
+                                          extra_decode_length=4)).functions()
   texts = TEXTS
   counts = functions.count_tokens(texts, "source")
   vocabulary = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1]
@@ -62,3 +70,53 @@ def test_hard_alignment_takes_each_target_pieces_most_attended_source_piece():
                         [0.0, 0.0, 0.0, 0.0, 0.0]])  # padding
   assert hard_alignment(attention, source, target) == [(1, 0), (2, 1), (0, 2)]
   assert hard_alignment(attention[:, 3:], ["</s>", ""], target) == []  # a blank source
+
+
+def _readme_python_block() -> str:
+  readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+  return re.search(r"\*\*From Python\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
+
+
+def _run_statements(code: str) -> tuple[dict, list]:
+  """Runs `code` statement by statement: (its namespace, the value of each expression)."""
+  namespace, values = {}, []
+  for node in ast.parse(code).body:
+    if isinstance(node, ast.Expr):
+      values.append(eval(compile(ast.Expression(node.value), "README.md", "eval"), namespace))
+    else:
+      exec(compile(ast.Module([node], []), "README.md", "exec"), namespace)
+  return namespace, values
+
+
+@pytest.mark.parametrize("kind", ["model_dir", "saved_model"])
+def test_the_readme_python_example_runs_as_written(tiny_model_dir, tmp_path, kind):
+  path = str(tiny_model_dir)
+  if kind == "saved_model":
+    path = serving.export(path, "en", "de", str(tmp_path / "export"),
+                          DecodeConfig(beam_size=4, extra_decode_length=8))
+  code = _readme_python_block()
+  assert '"models/multi30k_en_de"' in code
+  namespace, values = _run_statements(code.replace("models/multi30k_en_de", path))
+  model, sources, nbest = namespace["model"], namespace["sources"], namespace["nbest"]
+  assert model.is_saved_model == (kind == "saved_model")
+  first, scores, prefixed = values
+  assert isinstance(first, list) and len(first) == 1 and isinstance(first[0], str)
+  assert [len(hypotheses) for hypotheses in nbest] == [4, 4]
+  for hypotheses in nbest:
+    assert all(isinstance(h, inference.Hypothesis) for h in hypotheses)
+    assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
+  assert nbest[0][0].text == first[0]
+  # the log-probability of each target over the length penalty, from the ids in float32
+  weights, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "en", "de")
+  targets = ["Ein Hund rennt am Strand.", "Zwei Männer reden."]
+  for source, target_text, score in zip(sources, targets, scores):
+    source_ids, target_ids = (
+        tf.concat([side.tokenize(tf.constant([text])), [[EOS_ID]]], axis=1).to_tensor()
+        for side, text in ((vocabulary.source, source), (vocabulary.target, target_text)))
+    want = decoding.score(weights, source_ids, target_ids, alpha=0.6)[0]
+    assert score == pytest.approx(float(want), abs=1e-4)
+  # the prefix's pieces (the tiny vocabulary spells "Ein Hund" with unknown pieces) come first
+  target = vocabulary.target
+  prefix_text = target.detokenize(target.tokenize(tf.constant(["Ein Hund"])))[0].numpy().decode()
+  assert prefixed[0].startswith(prefix_text) and prefixed[0] != first[0]
+  assert prefixed[1] == nbest[1][0].text  # an empty prefix forces nothing

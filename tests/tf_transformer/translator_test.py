@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer import inference
+from data_pipeline.token_ids import PAD_ID
+from tf_transformer import decoding, inference
 from tf_transformer.translator import Translator
 
 # 5 sentences (a batch bucket of 8) of 1 to 9 tokens (a width bucket of 16)
@@ -61,3 +62,52 @@ def test_large_requests_decode_in_chunks_like_one_batch(model_and_vocabulary, de
   empty = tf.constant([], tf.string)
   assert chunked.translate_nbest(empty)["outputs"].shape == (0, 2)
   assert chunked.score(empty, empty)["log_prob"].shape == (0,)
+
+
+# a prefix longer than its source's length limit (source tokens + extra_decode_length), one
+# of one piece, one empty, one for a blank input, one of several pieces
+PREFIXES = ["vv ww xx yy zz vv ww", "xx", "", "yy", "zz zz zz"]
+
+
+def test_forced_prefix_ids_score_as_forced_decoding(model_and_vocabulary):
+  model, vocabulary = model_and_vocabulary
+  source_ids = Translator._ids(vocabulary.source, tf.constant(TEXTS[:3]))
+  prefix_ids = vocabulary.target.tokenize(tf.constant(PREFIXES[:3])).to_tensor()
+  ids, scores = decoding.decode(model, source_ids, beam_size=3, alpha=0.6,
+                                extra_decode_length=4, prefix_ids=prefix_ids)
+  for row in range(3):
+    prefix = [token for token in prefix_ids[row].numpy() if token != PAD_ID]
+    for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
+      assert list(hypothesis[:len(prefix)]) == prefix
+      # up to EOS, or the whole hypothesis (a live one at the length limit, scored there)
+      tokens = [token for token in hypothesis if token != PAD_ID]
+      forced = decoding.score(model, source_ids[row:row + 1], tf.constant([tokens]), 0.6)
+      assert score == pytest.approx(float(forced[0]), abs=1e-4)
+
+
+@pytest.mark.parametrize("decode_jit", [False, True])
+def test_translate_prefix_begins_each_translation_with_its_prefix(model_and_vocabulary,
+                                                                  decode_jit):
+  model, vocabulary = model_and_vocabulary
+  translator = Translator(model, vocabulary, beam_size=3, nbest=3, alpha=0.6,
+                          extra_decode_length=4, decode_jit=decode_jit)
+  texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
+  result = translator.translate_prefix(texts, prefixes)
+  plain = translator.translate_nbest(texts)
+  # the library's search over the same forced ids
+  source_ids = Translator._ids(vocabulary.source, texts)
+  prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
+  _, want_scores = decoding.decode(model, source_ids, beam_size=3, alpha=0.6,
+                                   extra_decode_length=4, prefix_ids=prefix_ids)
+  for row, (text, prefix) in enumerate(zip(TEXTS, PREFIXES)):
+    outputs = [output.decode() for output in result["outputs"][row].numpy()]
+    if not text.strip():
+      assert outputs == [""] * 3
+      continue
+    if not prefix:  # nothing forced: the plain translation
+      np.testing.assert_array_equal(result["outputs"][row].numpy(), plain["outputs"][row].numpy())
+    # pieces detokenize by concatenation: a translation begins with its prefix's text
+    prefix_text = vocabulary.target.detokenize(prefix_ids[row:row + 1])[0].numpy().decode()
+    assert all(output.startswith(prefix_text) for output in outputs), (prefix_text, outputs)
+    np.testing.assert_allclose(result["scores"][row].numpy(), want_scores[row].numpy(),
+                               rtol=1e-5)

@@ -26,21 +26,19 @@ def main(argv):
   from common.progress import ProgressBar
   from data_pipeline.corpora import read_parallel, scan_parallel
   from tf_transformer import metrics
-  from tf_transformer.inference import load_translate_nbest, translate_texts
+  from tf_transformer.inference import load_inference
 
   decode_config = config.decode_config_from_flags()
   scan_parallel(FLAGS.src, FLAGS.ref)
   pairs = read_parallel(FLAGS.src, FLAGS.ref)
-  translate_nbest = load_translate_nbest(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang,
-                                         FLAGS.tgt_lang, decode_config,
-                                         FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
+  model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
+                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
   sources, references = [list(side) for side in zip(*pairs)]
   path = FLAGS.output or "hypotheses.txt"
   with files.atomic_file(path) as f:
     progress = ProgressBar(len(sources), unit="sentence", label="decoding")
-    outputs, _ = translate_texts(translate_nbest, sources, FLAGS.batch_size, progress)
+    hypotheses = model.translate(sources, batch_size=FLAGS.batch_size, progress=progress)
     progress.close()
-    hypotheses = [nbest[0] for nbest in outputs]
     f.writelines(h + "\n" for h in hypotheses)
   results = metrics.report(hypotheses, references)
   print(f"{results['bleu_text']}  ({results['bleu_signature']})")

@@ -1,14 +1,16 @@
 """Translates text, one sentence a line, or scores given translations:
 `python -m tf_transformer.bin.translate (--saved_model=DIR | --flagfile=F --model_dir=DIR)
 [--input F] [--output F] [--beam_size --alpha --nbest --batch_size --batch_tokens]
-[--stream] [--print_alignment] [--score --targets F]`.
+[--stream] [--print_alignment] [--score --targets F] [--target_prefix F]`.
 
 Output: one line per input line, in order; an empty line stays empty. With --nbest > 1, each
 hypothesis is a line `index ||| translation ||| score` (the Moses n-best format). With
 --print_alignment, `translation ||| 0-0 1-2 2-1`: for each target subword piece, `src-tgt`, the
 0-based positions of the source piece it attends to most and of the target piece (</s> left
 out). With --score, `score ||| target` lines: the log-probability of each target given its
-source line over the length penalty ((5 + length) / 6)^alpha, as beam search scores.
+source line over the length penalty ((5 + length) / 6)^alpha, as beam search scores. With
+--target_prefix, each translation starts with the line of that file (its subword pieces forced,
+the search continuing after them; an empty line forces nothing).
 
 The input is read whole, sorted by length and translated in batches of --batch_size sentences
 or, when --batch_tokens is given (a flagfile counts), of at most --batch_tokens tokens counting
@@ -37,6 +39,10 @@ flags.DEFINE_bool("print_alignment", False,
                   "Append ' ||| ' and the hard alignment 'src-tgt ...' (0-based subword piece "
                   "indices, from the align signature) to each translation.")
 
+flags.DEFINE_string("target_prefix", None,
+                    "Translations start with these: one prefix a line, line-aligned with "
+                    "--input (an empty line: none). For interactive and post-editing tools.")
+
 FLAGS = flags.FLAGS
 
 
@@ -49,6 +55,8 @@ def _check_modes():
     raise config.FlagError("--targets is read only with --score")
   if FLAGS.score and (FLAGS.stream or FLAGS.print_alignment or FLAGS.nbest > 1):
     raise config.FlagError("--score does not combine with --stream, --print_alignment or --nbest")
+  if FLAGS.target_prefix and (FLAGS.score or FLAGS.print_alignment):
+    raise config.FlagError("--target_prefix does not combine with --score or --print_alignment")
   if FLAGS.print_alignment and FLAGS.nbest > 1:
     raise config.FlagError("--print_alignment aligns the best translation only: drop --nbest")
   if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):
@@ -70,13 +78,11 @@ def main(argv):
     if len(sources) != len(targets):
       raise config.FlagError(f"{FLAGS.input or '<stdin>'} has {len(sources)} lines but "
                              f"{FLAGS.targets} has {len(targets)}; they must be line-aligned")
-  functions = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
-                             decode_config,
-                             FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
+  model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
+                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
   batch_tokens = FLAGS.batch_tokens if FLAGS["batch_tokens"].present else None
   batch_size = FLAGS.batch_size if batch_tokens is None or FLAGS["batch_size"].present else None
-  batching = dict(batch_size=batch_size, batch_tokens=batch_tokens,
-                  count_tokens=functions.count_tokens)
+  batching = dict(batch_size=batch_size, batch_tokens=batch_tokens)
   streaming = FLAGS.stream or (not FLAGS.score and not FLAGS.input and sys.stdin.isatty())
   with (files.atomic_file(FLAGS.output) if FLAGS.output
         else contextlib.nullcontext(sys.stdout)) as out:
@@ -84,23 +90,37 @@ def main(argv):
       if sys.stdin.isatty() and not FLAGS.input:
         logging.info("translating each line as it is typed (Ctrl-D ends)")
       try:
-        translation_io.translate_stream(functions, translation_io.iter_lines(FLAGS.input), out,
-                                        FLAGS.nbest, FLAGS.print_alignment)
+        prefixes = (translation_io.iter_lines(FLAGS.target_prefix) if FLAGS.target_prefix
+                    else None)
+        translation_io.translate_stream(model, translation_io.iter_lines(FLAGS.input), out,
+                                        FLAGS.nbest, FLAGS.print_alignment, prefixes)
       except KeyboardInterrupt:
         sys.exit(130)  # Ctrl-C ends a typed session like Ctrl-D, without a traceback
       return
     texts = sources if FLAGS.score else translation_io.read_lines(FLAGS.input)
+    prefixes = _read_prefixes(len(texts)) if FLAGS.target_prefix else None
     # the bar prints on stdout: only when the answers go to a file
     progress = ProgressBar(len(texts), unit="pair" if FLAGS.score else "sentence") \
         if FLAGS.output else None
     if FLAGS.score:
-      out.writelines(translation_io.score_lines(functions.score, sources, targets,
-                                                progress=progress, **batching))
+      out.writelines(translation_io.score_lines(model, sources, targets, progress=progress,
+                                                **batching))
     else:
       out.writelines(translation_io.translation_lines(
-          functions, texts, FLAGS.nbest, FLAGS.print_alignment, progress=progress, **batching))
+          model, texts, FLAGS.nbest, FLAGS.print_alignment, target_prefix=prefixes,
+          progress=progress, **batching))
     if progress is not None:
       progress.close()
+
+
+def _read_prefixes(count: int) -> list[str]:
+  """--target_prefix's lines, which must be as many as the input's."""
+  from tf_transformer import translation_io
+  prefixes = translation_io.read_lines(FLAGS.target_prefix)
+  if len(prefixes) != count:
+    raise config.FlagError(f"{FLAGS.target_prefix} has {len(prefixes)} lines but "
+                           f"{FLAGS.input or '<stdin>'} has {count}; they must be line-aligned")
+  return prefixes
 
 
 def run():

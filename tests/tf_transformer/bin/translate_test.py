@@ -16,7 +16,8 @@ from tf_transformer import decoding
 from tf_transformer import inference
 from tf_transformer import translation_io
 from tf_transformer.config import DecodeConfig
-from tf_transformer.inference import InferenceFunctions, load_inference, translate_texts
+from tf_transformer.inference import (InferenceFunctions, TranslationModel, count_words,
+                                      load_inference)
 
 LINES = ["aa bb cc", "", "dd ee", "ff", "", "gg hh ii jj"]
 
@@ -29,8 +30,8 @@ def translate(model_dir, *args, stdin=None):
 
 
 @pytest.fixture(scope="module")
-def functions(tiny_model_dir):
-  """In-process functions with the search of `translate()`'s flags (tiny.cfg's max_length)."""
+def model(tiny_model_dir):
+  """The model in-process, with the search of `translate()`'s flags (tiny.cfg's max_length)."""
   return load_inference(None, str(tiny_model_dir), "en", "de",
                         DecodeConfig(beam_size=2, max_length=32, extra_decode_length=4))
 
@@ -76,6 +77,12 @@ def test_bad_inputs_are_one_line_errors(tiny_model_dir, tmp_path):
        "exports/<name>/<version>)"),
       (translate(tiny_model_dir, "--score", f"--input={source}", f"--targets={target}"),
        f"error: {source} has 3 lines but {target} has 2; they must be line-aligned"),
+      (translate(tiny_model_dir, f"--input={source}", f"--target_prefix={target}"),
+       f"error: {target} has 2 lines but {source} has 3; they must be line-aligned"),
+      (translate(tiny_model_dir, f"--target_prefix={target}", "--stream",
+                 stdin="aa\nbb\ncc\n"),
+       "error: line 3 of the input has no target prefix: the prefixes must be line-aligned "
+       "with the input"),
   ]
   for result, message in cases:
     testutil.assert_one_line_error(result, message)
@@ -91,7 +98,7 @@ def _read_line(stream, timeout: float) -> str:
     pytest.fail(f"no answer line within {timeout} s")
 
 
-def test_stream_answers_each_line_before_reading_the_next(tiny_model_dir, functions, tmp_path):
+def test_stream_answers_each_line_before_reading_the_next(tiny_model_dir, model, tmp_path):
   command = [sys.executable, "-m", "tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg",
              f"--model_dir={tiny_model_dir}", "--beam_size=2", "--extra_decode_length=4",
              "--stream"]
@@ -109,7 +116,7 @@ def test_stream_answers_each_line_before_reading_the_next(tiny_model_dir, functi
   finally:
     if process.poll() is None:
       process.kill()
-  best = translate_texts(functions.translate_nbest, ["aa bb cc"])[0][0][0]
+  best = model.translate(["aa bb cc"])[0]
   assert answers == [best + "\n", "\n"]
 
 
@@ -133,7 +140,8 @@ def test_stream_writes_each_answer_before_the_next_read():
     def flush(self):
       events.append(("flush",))
 
-  fake = InferenceFunctions(translate_nbest, None, None, None)
+  fake = TranslationModel("fake", False, DecodeConfig(beam_size=2), lambda beam, alpha:
+                          InferenceFunctions(translate_nbest, None, None, None, count_words))
   translation_io.translate_stream(fake, lines(), Out(), nbest=2)
   assert events == [("read", "ab"), ("write", "0 ||| ba ||| -1.0000\n0 ||| ab ||| -2.0000\n"),
                     ("flush",), ("read", ""), ("write", "1 |||  ||| 0.0000\n"), ("flush",),
@@ -161,14 +169,14 @@ def test_score_equals_the_forced_decoding_score(tiny_model_dir, tmp_path):
     assert float(score) == pytest.approx(expected, abs=1e-4)
 
 
-def test_print_alignment_appends_piece_pairs(tiny_model_dir, functions, tmp_path):
+def test_print_alignment_appends_piece_pairs(tiny_model_dir, model, tmp_path):
   source = testutil.write_lines(tmp_path / "input.txt", LINES)
   result = translate(tiny_model_dir, f"--input={source}", "--print_alignment")
   assert result.returncode == 0, result.stderr
   rows = [line.split(" ||| ") for line in result.stdout.split("\n")[:-1]]
-  best = [nbest[0] for nbest in translate_texts(functions.translate_nbest, LINES)[0]]
+  best = model.translate(LINES)
   assert [row[0] for row in rows] == best
-  pieces = functions.count_tokens(LINES, "source")  # + </s>
+  pieces = model.count_tokens(LINES, "source")  # + </s>
   for text, (_, alignment), count in zip(LINES, rows, pieces):
     pairs = [tuple(map(int, re.fullmatch(r"(\d+)-(\d+)", pair).groups()))
              for pair in alignment.split()]
@@ -178,3 +186,30 @@ def test_print_alignment_appends_piece_pairs(tiny_model_dir, functions, tmp_path
     # every target piece but </s>, in order, to a source piece other than </s>
     assert pairs and [t for _, t in pairs] == list(range(len(pairs)))
     assert all(0 <= s < count - 1 for s, _ in pairs)
+
+
+def test_target_prefix_begins_each_translation(tiny_model_dir, model, tmp_path):
+  source = testutil.write_lines(tmp_path / "input.txt", LINES)
+  prefixes = ["ss tt", "uu", "", "vv ww xx", "", "ss"]
+  prefix = testutil.write_lines(tmp_path / "prefix.txt", prefixes)
+  results = [translate(tiny_model_dir, f"--input={source}", f"--target_prefix={prefix}", *mode)
+             for mode in ((), ("--stream",), ("--nbest=2",))]
+  for result in results:
+    assert result.returncode == 0, result.stderr
+  batched, streamed, nbest = (result.stdout.split("\n")[:-1] for result in results)
+  assert batched == streamed == model.translate(LINES, target_prefix=prefixes)
+  target = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
+  plain = model.translate(LINES)
+  for line, prefix_text, output, best in zip(LINES, prefixes, batched, plain):
+    if not line:
+      assert output == ""
+    elif not prefix_text:
+      assert output == best
+    else:
+      pieces = target.detokenize(target.tokenize(tf.constant([prefix_text])))[0].numpy().decode()
+      assert output.startswith(pieces) and output != best
+  firsts = {}  # the first hypothesis of each index (a blank line has one, the others two)
+  for row in nbest:
+    index, text, _ = row.split(" ||| ")
+    firsts.setdefault(int(index), text)
+  assert list(firsts.values()) == batched
