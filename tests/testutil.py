@@ -1,5 +1,6 @@
 """What the tests share: the repository's paths, corpus writers, subprocess runners, references."""
 
+import concurrent.futures
 import gzip
 import io
 import os
@@ -103,9 +104,55 @@ def parse_flags(name, *args):
 
 def free_port():
   """A loopback TCP port that nothing listens on (now)."""
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+  return free_ports(1)[0]
+
+
+def free_ports(count):
+  """`count` different loopback TCP ports that nothing listens on (now): held together while
+  they are chosen, so the kernel cannot hand out one of them twice."""
+  sockets = [socket.socket() for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+# what TensorFlow's gRPC server prints when its port was taken
+_CANNOT_BIND = ("Address already in use", "Could not start gRPC server")
+
+
+def run_on_free_ports(count, start, timeout=400, attempts=3):
+  """Runs the processes `start(ports)` starts (a list of Popen with piped text output) on
+  `count` free ports, waiting for them all. A port is free when chosen, not when the process
+  binds it: when a process could not bind its port (another process took it in between), all
+  are stopped and started again on new ports. As soon as one process fails, the others are
+  stopped (a worker waits for its peers forever).
+
+  Returns:
+    (processes, [(stdout, stderr) of each]) of the last attempt.
+  """
+  for _ in range(attempts):
+    processes = start(free_ports(count))
+    outputs = [("", "")] * len(processes)
+    try:
+      with concurrent.futures.ThreadPoolExecutor(len(processes)) as pool:
+        futures = {pool.submit(p.communicate, timeout=timeout): i
+                   for i, p in enumerate(processes)}
+        for future in concurrent.futures.as_completed(futures):
+          outputs[futures[future]] = future.result()
+          if processes[futures[future]].returncode != 0:
+            for process in processes:
+              process.kill()
+    finally:
+      for process in processes:
+        process.kill()
+        process.wait()
+    if not any(message in stderr for _, stderr in outputs for message in _CANNOT_BIND):
+      break
+  return processes, outputs
 
 
 def strip_padding(row, pad_id):

@@ -1,11 +1,10 @@
 """The training command as a user runs it: one-line errors, interruption, resume, mirrored."""
 
+import collections
 import json
 import math
 import os
 import re
-import signal
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -48,31 +47,66 @@ def test_missing_flag_is_one_line_error(tmp_path):
 
 
 def final_weights(checkpoint):
+  """{name: value} of every floating-point variable of `checkpoint`: the model's weights (most
+  of them under the optimizer's names, the path TensorFlow met first), Adam's moments, the
+  best dev BLEU."""
   reader = tf.train.load_checkpoint(str(checkpoint))
-  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-          if name.startswith("model/")}
+  return {name: reader.get_tensor(name) for name, dtype in
+          reader.get_variable_to_dtype_map().items() if dtype.is_floating}
+
+
+# runs the train CLI; a SIGTERM arrives during step 3, and a second one inside the save that the
+# first one causes (the save's own signal handling is what is tested, not a race with a timer)
+_INTERRUPTED_RUN = """
+import os, signal, sys
+import tensorflow as tf
+from absl import app
+from tf_transformer import trainer
+from tf_transformer.bin import train
+
+sent = []
+def term():
+  sent.append(1)
+  os.kill(os.getpid(), signal.SIGTERM)
+
+note, steps = trainer.Trainer._note_shapes, []
+def noting(self, shapes):
+  steps.append(1)
+  if len(steps) == 3:
+    term()
+  note(self, shapes)
+trainer.Trainer._note_shapes = noting
+
+save = tf.train.CheckpointManager.save
+def saving(self, *args, **kwargs):
+  if len(sent) == 1:  # the save of the interrupted run: the second signal arrives inside it
+    term()
+  result = save(self, *args, **kwargs)
+  print(f"saved after {len(sent)} signals", file=sys.stderr)
+  return result
+tf.train.CheckpointManager.save = saving
+
+sys.argv = ["train", *sys.argv[1:]]
+app.run(train.main)
+"""
 
 
 def test_interrupt_saves_once_and_rerun_resumes_exactly(tmp_path):
   write_corpus(tmp_path)
-  process = testutil.start_cli("tf_transformer.train", *train_args(
+  interrupted = testutil.run_python(_INTERRUPTED_RUN, *train_args(
       tmp_path, tmp_path / "model", "--train_steps=100000", "--save_every=100000",
       "--eval_every=100000", "--deterministic"))
-  deadline = time.time() + 240
-  while not list((tmp_path / "model").glob("train/events.*")) and time.time() < deadline:
-    time.sleep(1)  # the event file appears once the trainer is built, just before step 1
-  time.sleep(3)
-  process.send_signal(signal.SIGTERM)
-  time.sleep(0.05)
-  process.send_signal(signal.SIGTERM)  # a second signal while the first one's save runs
-  _, stderr = process.communicate(timeout=120)
-  assert process.returncode == 130, stderr
+  stderr = interrupted.stderr
+  assert interrupted.returncode == 130, stderr
   assert "Traceback" not in stderr
+  # one save, whole, with both signals delivered
+  assert stderr.count("saved after ") == 1 and "saved after 2 signals" in stderr, stderr
   last = stderr.strip().splitlines()[-1]
-  assert last.startswith("stopped at step ") and "rerun the same command to resume" in last
-  step = int(last.split()[3].rstrip(";"))
-  assert step >= 1
-  assert (tmp_path / "model" / f"ckpt-{step}.index").exists()
+  assert last == (f"stopped at step 3; checkpoint saved in {tmp_path}/model; rerun the same "
+                  "command to resume")
+  step = 3
+  assert sorted(path.name for path in (tmp_path / "model").glob("ckpt-*.index")) == [
+      "ckpt-3.index"]
 
   result = train(tmp_path, tmp_path / "model", f"--train_steps={step + 5}", "--deterministic")
   assert result.returncode == 0, result.stderr
@@ -110,17 +144,21 @@ def test_mirrored_on_two_logical_cpus(tmp_path):
 
 def test_multi_worker_on_two_local_processes(tmp_path):
   write_corpus(tmp_path)
-  workers = [f"127.0.0.1:{testutil.free_port()}", f"127.0.0.1:{testutil.free_port()}"]
-  processes = []
   temporary = tmp_path / "tmp"  # where the other worker writes what it must throw away
   temporary.mkdir()
-  for index in range(2):
-    tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-    processes.append(testutil.start_cli(
-        "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=3",
-                                            "--save_every=2", "--distribution=multi_worker"),
-        env=dict(os.environ, TF_CONFIG=json.dumps(tf_config), TMPDIR=str(temporary))))
-  outputs = [process.communicate(timeout=400) for process in processes]
+
+  def start(ports):
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    processes = []
+    for index in range(2):
+      tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+      processes.append(testutil.start_cli(
+          "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=3",
+                                              "--save_every=2", "--distribution=multi_worker"),
+          env=dict(os.environ, TF_CONFIG=json.dumps(tf_config), TMPDIR=str(temporary))))
+    return processes
+
+  processes, outputs = testutil.run_on_free_ports(2, start)
   for process, (_, stderr) in zip(processes, outputs):
     assert process.returncode == 0, stderr[-3000:]
   # the chief (worker 0) alone wrote into model_dir; its checkpoint loads
@@ -129,8 +167,11 @@ def test_multi_worker_on_two_local_processes(tmp_path):
   checkpoint = str(tmp_path / "model" / "ckpt-3")
   iterations = [name for name, _ in tf.train.list_variables(checkpoint) if "iterations" in name]
   assert int(tf.train.load_checkpoint(checkpoint).get_tensor(iterations[0])) == 3
-  model, _, _ = inference.load_for_inference(str(tmp_path / "model"), "src", "tgt")
-  assert model.count_params() > 0
+  # the model a translation loads is the one trained: each of its weights is in ckpt-3
+  model, _, step = inference.load_for_inference(str(tmp_path / "model"), "src", "tgt")
+  saved = collections.Counter(value.tobytes() for value in final_weights(checkpoint).values())
+  loaded = collections.Counter(weight.numpy().tobytes() for weight in model.weights)
+  assert step == 3 and len(model.weights) == 51 and not loaded - saved
 
 
 def test_xla_compiles_exactly_once_per_bucket(tmp_path):
@@ -160,11 +201,32 @@ def test_jit_compile_needs_padded_rows(tmp_path):
       "the real tokens have a data-dependent shape that XLA cannot compile)")
 
 
+# runs the train CLI, printing the dtypes of the model it built
+_PRECISION_PROBE = """
+import sys
+from absl import app
+from tf_transformer import trainer
+from tf_transformer.bin import train
+
+create = trainer.create_model
+def probed(*args):
+  model, optimizer = create(*args)
+  print(f"computes in {model.compute_dtype}, keeps {model.variable_dtype}", file=sys.stderr)
+  return model, optimizer
+trainer.create_model = probed
+
+sys.argv = ["train", *sys.argv[1:]]
+app.run(train.main)
+"""
+
+
 def test_tiny_preset_trains_in_bfloat16(tmp_path):
   write_corpus(tmp_path)
-  result = train(tmp_path, tmp_path / "model", "--train_steps=60",
-                 "--mixed_precision=mixed_bfloat16", "--eval_every=60")
+  result = testutil.run_python(_PRECISION_PROBE, *train_args(
+      tmp_path, tmp_path / "model", "--train_steps=60", "--mixed_precision=mixed_bfloat16",
+      "--eval_every=60"))
   assert result.returncode == 0, result.stderr
+  assert "computes in bfloat16, keeps float32" in result.stderr.splitlines()
   losses = [float(value) for value in re.findall(r", loss (\S+?)(?:,|$)", result.stdout, re.M)]
   assert losses and all(math.isfinite(loss) for loss in losses)
   assert losses[-1] < losses[0]
