@@ -15,7 +15,7 @@ from absl import logging
 
 from common.errors import UserError
 from common.progress import ProgressBar
-from tf_transformer import checkpoints, model_dir, runtime
+from tf_transformer import checkpoints, fine_tuning, model_dir, runtime
 from tf_transformer.evaluator import Evaluator
 from tf_transformer.model import build_model
 from tf_transformer.optimizer import make_optimizer
@@ -288,13 +288,14 @@ def create_model(model_config, train_config, strategy):
 
 
 def create_trainer(data, model_config, train_config, decode_config,
-                   strategy: tf.distribute.Strategy) -> Trainer:
+                   strategy: tf.distribute.Strategy, start=None) -> Trainer:
   """Assembles a run: model, optimizer, this worker's data, checkpoints, evaluator, writers;
   resumes from the model directory's latest checkpoint when there is one.
 
   Args:
     data: the task's data, opened after `runtime.set_up_runtime` made `strategy`.
     decode_config: the search of the dev/test translations (beam size: --eval_beam_size).
+    start: optional fine_tuning.Start: a run with no checkpoint yet starts from its weights.
   """
   c = train_config = runtime.resolve_precision(train_config, strategy)
   num_workers, worker_index, is_chief = runtime.worker_info(strategy)
@@ -334,6 +335,10 @@ def create_trainer(data, model_config, train_config, decode_config,
   if latest:
     checkpoints.restore(checkpoint, latest)
     logging.info("resumed from %s at step %d", latest, int(optimizer.iterations.numpy()))
+  elif start is not None:
+    fine_tuning.load_weights(model, start)
+    logging.info("starting from the weights of %s (step %d of %s), with a new optimizer",
+                 start.checkpoint, start.step, start.init_from)
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
                                c.jit_compile, c.clip_norm)
   return Trainer(model, optimizer, train_step, iterator, manager, evaluator, writers["train"], c,
