@@ -154,7 +154,7 @@ def test_beam_outputs_agree_but_where_the_length_penalties_differ(exported):
   theirs = _theirs(folder / "ct2", pieces, beam_size=4)
   agree = np.mean([o == t for o, t in zip(ours, theirs)])
   print(f"beam 4 agreement {agree:.2f}; mean output length {np.mean([len(o) for o in ours]):.1f}")
-  assert agree >= 0.8, agree
+  assert agree >= 0.94, agree  # at most the 6 of 100 the docstring allows
   differ = [i for i, (o, t) in enumerate(zip(ours, theirs)) if o != t]
   pick = lambda outputs: [outputs[i] for i in differ]  # noqa: E731
   ours_scores = _gnmt_scores(folder / "model", pick(sources), pick(ours))
