@@ -46,6 +46,16 @@ def finished_sequences(max_length):
       yield body + (EOS,)
 
 
+def test_length_penalty_equals_hand_computed_gnmt_values():
+  """((5 + length) / 6) ** alpha by hand: 1 at length 1, 2 ** alpha at length 7 and
+  3 ** alpha at length 13; 1 at any length with alpha 0."""
+  np.testing.assert_allclose(length_penalty(tf.constant([1, 7, 13]), 0.6),
+                             [1.0, 1.5157165665103980, 1.9331820449317627], rtol=1e-6)
+  np.testing.assert_allclose(length_penalty(tf.constant([1, 7, 13]), 1.0), [1.0, 2.0, 3.0],
+                             rtol=1e-6)
+  np.testing.assert_array_equal(length_penalty(tf.constant([1, 40]), 0.0), [1.0, 1.0])
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_wide_beam_equals_exhaustive_search(alpha):
   exhaustive = sorted(
