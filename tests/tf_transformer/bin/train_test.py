@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from data_pipeline import bucketing
 from tests import testutil
+from tests.tf_transformer.trainer_test import summaries
 from tf_transformer import inference
 
 
@@ -266,3 +267,9 @@ def test_diverging_run_with_skip_stops_after_too_many_in_a_row(tmp_path):
   last = result.stderr.strip().splitlines()[-1]
   assert "NaN or Inf; the update was not applied (3 such steps in a row)" in last, last
   assert_every_checkpoint_finite(tmp_path / "model")
+  # TensorBoard counts the skipped steps at the step each one was tried
+  tried = [int(step) for step in re.findall(r"step (\d+): the loss or the gradients are NaN",
+                                            result.stderr)]
+  assert len(tried) == 3
+  assert summaries(tmp_path / "model" / "train")["nonfinite_steps"] == [
+      (step, count) for step, count in zip(tried, (1.0, 2.0, 3.0))]
