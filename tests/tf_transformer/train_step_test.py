@@ -218,13 +218,14 @@ def test_mirrored_step_equals_single_device_step(tmp_path):
   assert report["single_clipped"] == report["mirrored_clipped"] == [1.0, 1.0, 1.0]
 
 
-def _overflowing_model_and_batches(update_freq=1):
+def _overflowing_model_and_batches(update_freq=1, ema_decay=0.0):
   """A model whose embedding row of one token is finite but overflows the forward pass, and
   a batch with that token (a non-finite loss) beside batches without it."""
   keras.utils.set_random_seed(0)
   config = dataclasses.replace(MODEL, shared_vocab=False)  # the poison stays out of the logits
   model = Transformer(**config.__dict__)
-  optimizer = make_optimizer(config, TrainConfig(model_dir="", warmup_steps=4))
+  optimizer = make_optimizer(config, TrainConfig(model_dir="", warmup_steps=4,
+                                                 ema_decay=ema_decay))
   optimizer.build(model.trainable_variables)
   poison = VOCAB - 1
   embedding = model.source_embedding.embeddings
@@ -240,9 +241,13 @@ def _overflowing_model_and_batches(update_freq=1):
                                            update_freq), iterator
 
 
-@pytest.mark.parametrize("update_freq", [1, 2])
-def test_non_finite_step_applies_no_update(update_freq):
-  model, optimizer, step, iterator = _overflowing_model_and_batches(update_freq)
+@pytest.mark.parametrize("update_freq, ema_decay", [(1, 0.0), (2, 0.0), (1, 0.9)])
+def test_non_finite_step_applies_no_update(update_freq, ema_decay):
+  """Nor to the optimizer's variables: Adam's moments, and with --ema_decay the moving average
+  of the weights."""
+  model, optimizer, step, iterator = _overflowing_model_and_batches(update_freq, ema_decay)
+  averages = [v for v in optimizer.variables if "average" in v.path]
+  assert len(averages) == (len(model.trainable_variables) if ema_decay else 0)
   stats = step(iterator)  # the clean batch(es)
   assert float(stats["finite"]) == 1.0 and int(optimizer.iterations.numpy()) == 1
   before = [v.numpy() for v in model.weights + optimizer.variables]
