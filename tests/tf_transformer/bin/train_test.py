@@ -141,6 +141,15 @@ def test_mirrored_on_two_logical_cpus(tmp_path):
   assert result.returncode == 0, result.stderr
   assert '"step": 3' in result.stdout
   assert "strategy: MirroredStrategy with 2 replica(s)" in result.stderr  # logged at start
+  # --mixed_precision=auto (the preset's) logs its choice: bfloat16 where the CPU has
+  # bfloat16 matrix instructions (no GPU here)
+  with open("/proc/cpuinfo", encoding="utf-8") as f:
+    cpu = set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
+  if cpu & {"avx512_bf16", "amx_bf16"}:
+    choice = "mixed_bfloat16 (--mixed_precision=auto: bfloat16 matmuls in hardware)"
+  else:
+    choice = "float32 (--mixed_precision=auto: no bfloat16 matmul units found)"
+  assert f"precision: {choice}" in result.stderr
 
 
 def test_multi_worker_on_two_local_processes(tmp_path):
