@@ -137,8 +137,12 @@ def test_checkpoint_holds_every_weight(tmp_path):
   from tf_transformer.model import Transformer
 
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
-  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--dropout_rate=0.1")
+  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--dropout_rate=0.1",
+                      "--save_every=1", "--keep_checkpoints=1")
   run.train()
+  # --keep_checkpoints=1: step 1's checkpoint was deleted when step 2's was written
+  assert sorted(path.name for path in (tmp_path / "model").glob("ckpt-*")) == [
+      "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
   fresh = Transformer(**dataclasses.asdict(model_dir_lib.read_config(str(tmp_path / "model"))))
   path = tf.train.latest_checkpoint(str(tmp_path / "model"))
   tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
