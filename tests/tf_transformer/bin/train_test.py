@@ -56,8 +56,9 @@ def final_weights(checkpoint):
           reader.get_variable_to_dtype_map().items() if dtype.is_floating}
 
 
-# runs the train CLI; a SIGTERM arrives during step 3, and a second one inside the save that the
-# first one causes (the save's own signal handling is what is tested, not a race with a timer)
+# runs the train CLI; a SIGINT (Ctrl-C) arrives during step 3, and a SIGTERM inside the save
+# that the first one causes (the save's own signal handling is what is tested, not a race with
+# a timer)
 _INTERRUPTED_RUN = """
 import os, signal, sys
 import tensorflow as tf
@@ -68,7 +69,7 @@ from tf_transformer.bin import train
 sent = []
 def term():
   sent.append(1)
-  os.kill(os.getpid(), signal.SIGTERM)
+  os.kill(os.getpid(), signal.SIGINT if len(sent) == 1 else signal.SIGTERM)
 
 note, steps = trainer.Trainer._note_shapes, []
 def noting(self, shapes):
