@@ -19,7 +19,7 @@ def _pieces(tokenizer) -> list[str]:
 
 
 def export(model_dir: str, src_lang: str, tgt_lang: str, output_dir: str,
-           quantization: str = "float32", checkpoint: str = "best") -> str:
+           quantization: str = "float32", checkpoint: str = "final") -> str:
   """Converts the model of `model_dir`, at `checkpoint` (see checkpoints.choose_checkpoint), into
   the CTranslate2 folder `output_dir` (replaced if it exists); returns `output_dir`.
 

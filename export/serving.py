@@ -147,7 +147,7 @@ def write_batching_parameters(export_dir: str, max_batch_size: int) -> str:
 
 
 def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
-           checkpoint: str = "best", precision: str = "float32") -> str:
+           checkpoint: str = "final", precision: str = "float32") -> str:
   """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
   the next version of `export_dir`, with `decode_config`'s search fixed in it and
   `translate_nbest` returning the whole beam, its matrix products' weights in `precision`

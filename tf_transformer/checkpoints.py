@@ -16,6 +16,7 @@ from tf_transformer.model_dir import ModelDirError
 
 AVERAGE_DIR = "average"  # where `average` writes, in a model directory
 EMA_DIR = "ema"  # where training with --ema_decay writes the moving average of the weights
+FINAL_FILE = "final.json"  # the weights the run chose by dev at its end (final_weights.py)
 
 
 def latest_checkpoint(folder: str) -> str | None:
@@ -45,11 +46,13 @@ def training_checkpoints(model_dir: str) -> list[str]:
   return sorted(state.all_model_checkpoint_paths, key=checkpoint_step)
 
 
-def choose_checkpoint(model_dir: str, checkpoint: str = "best") -> str:
+def choose_checkpoint(model_dir: str, checkpoint: str = "final") -> str:
   """The path of the checkpoint of `model_dir` that `checkpoint` (--checkpoint) names.
 
   Args:
-    checkpoint: "best" (the best by dev BLEU, in model_dir/best; else the latest), "latest"
+    checkpoint: "final" (the one final.json names: the weights the run chose by dev BLEU at
+      its end, see final_weights.py; "best" when there is none), "best" (the best by dev
+      BLEU, in model_dir/best; else the latest), "latest"
       (the newest training checkpoint), "average" (model_dir/average's, written by
       checkpoints.average), "ema" (model_dir/ema's, the moving average of the
       weights that training with --ema_decay writes at each save) or a checkpoint path prefix
@@ -58,6 +61,15 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "best") -> str:
   Raises:
     ModelDirError: there is no such checkpoint.
   """
+  if checkpoint == "final":
+    final = os.path.join(model_dir, FINAL_FILE)
+    if not tf.io.gfile.exists(final):
+      return choose_checkpoint(model_dir, "best")
+    path = os.path.join(model_dir, model_dir_lib.read_json(final)["checkpoint"])
+    if not tf.io.gfile.exists(f"{path}.index"):
+      raise ModelDirError(f"{final}: names {path}, which is gone; give --checkpoint=best, "
+                          "latest, average or ema")
+    return path
   if checkpoint == "best":
     best_dir = os.path.join(model_dir, "best")
     path = latest_checkpoint(best_dir)
@@ -80,7 +92,7 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "best") -> str:
     return path
   if not tf.io.gfile.exists(f"{checkpoint}.index"):
     raise ModelDirError(f"{checkpoint}: no such checkpoint ({checkpoint}.index is missing); "
-                        "--checkpoint takes best, latest, average, ema or a checkpoint path "
+                        "--checkpoint takes final, best, latest, average, ema or a checkpoint path "
                         f"such as {os.path.join(model_dir, 'ckpt-1000')}")
   return checkpoint
 

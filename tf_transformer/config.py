@@ -115,6 +115,11 @@ flags.DEFINE_float("ema_decay", 0.0,
                   "Keep an exponential moving average of the weights with this decay (0: none; "
                   "0.999 averages over about the last 1000 steps); each checkpoint save also "
                   "writes it to model_dir/ema, which --checkpoint=ema loads.")
+flags.DEFINE_integer("average_last", 3,
+                     "At the end of training, the average of this many newest checkpoints "
+                     "competes on dev BLEU with the best checkpoint and the moving average for "
+                     "the run's final weights (--checkpoint=final); 0 or 1: no average.",
+                     lower_bound=0)
 flags.DEFINE_bool("jit_compile", False,
                   "XLA-compile the train step (static shapes: one compilation per length "
                   "bucket; needs --noskip_padding: real-token rows have data-dependent shapes).")
@@ -135,8 +140,10 @@ flags.DEFINE_string("saved_model", None,
 flags.DEFINE_string("output", None, "Where translate's translations go (default: stdout), or "
                     "evaluate's hypotheses (default: hypotheses.txt).")
 flags.DEFINE_integer("batch_size", 32, "Sentences per decoding batch.", lower_bound=1)
-flags.DEFINE_string("checkpoint", "best",
+flags.DEFINE_string("checkpoint", "final",
                     "The checkpoint of --model_dir that translate, evaluate and the exports load: "
+                    "final (the weights the run chose by dev BLEU at its end among best, "
+                    "average and ema; else best), "
                     "best (by dev BLEU; else the latest), latest, average (written by "
                     "average_checkpoints), ema (the moving average of a run with --ema_decay, as "
                     "of its latest checkpoint) or a checkpoint path such as models/x/ckpt-2000.")
@@ -233,6 +240,7 @@ class TrainConfig:
   mixed_precision: str = "float32"
   jit_compile: bool = False
   ema_decay: float = 0.0
+  average_last: int = 3
   profile_steps: tuple[int, int] | tuple[()] = ()
 
 

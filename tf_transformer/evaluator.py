@@ -1,5 +1,5 @@
 """Dev evaluation during training: loss and BLEU, the best checkpoint by dev BLEU, early
-stopping, and the final test score of that best checkpoint."""
+stopping, and the test score of the run's final weights."""
 
 import dataclasses
 import os
@@ -63,6 +63,14 @@ class Evaluator:
     progress.close()
     return [nbest[0] for nbest in outputs]
 
+  def dev_bleu(self) -> float:
+    """BLEU of the model as it is on the first --eval_sentences dev pairs (0 without any)."""
+    pairs = self.data.dev_pairs(self.config.eval_sentences)
+    if not pairs:
+      return 0.0
+    sources, references = zip(*pairs)
+    return metrics.corpus_bleu(self.translate(list(sources)), list(references))[0].score
+
   def evaluate(self, step: int) -> dict:
     """Dev loss, perplexity and accuracy over the dev set, BLEU and chrF on its first
     --eval_sentences, and the evaluation's wall time; a few of the translations and the
@@ -122,8 +130,9 @@ class Evaluator:
     patience = self.config.early_stopping
     return bool(patience) and int(self.evals_without_improvement.numpy()) >= patience
 
-  def test(self, output_dir: str, step: int) -> dict:
-    """Restores the best checkpoint (if any) and scores it on the test set, if there is one.
+  def test(self, output_dir: str, step: int, restore_best: bool = True) -> dict:
+    """Scores the best checkpoint (if any; with `restore_best` False, the model as it is) on
+    the test set, if there is one.
 
     Writes `test_hypotheses.txt` into `output_dir`, and test_bleu and test_chrf to
     TensorBoard at `step`.
@@ -135,7 +144,7 @@ class Evaluator:
     pairs = self.data.test_pairs()
     if not pairs:
       return {}
-    if self.best_manager.latest_checkpoint:
+    if restore_best and self.best_manager.latest_checkpoint:
       checkpoints.restore(self.best_manager.checkpoint, self.best_manager.latest_checkpoint)
     sources, references = zip(*pairs)
     hypotheses = self.translate(list(sources), "test")

@@ -39,11 +39,12 @@ class InferenceFunctions:
   count_tokens: Callable
 
 
-def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint: str = "best"):
+def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint: str = "final"):
   """The trained model at a checkpoint of `model_dir`, and its vocabulary.
 
   Args:
-    checkpoint: best, latest, average, ema or a checkpoint path (checkpoints.choose_checkpoint).
+    checkpoint: final, best, latest, average, ema or a checkpoint path
+      (checkpoints.choose_checkpoint).
 
   Returns:
     (Transformer, tokenizer.Vocabulary, the step of the checkpoint loaded).
@@ -350,8 +351,8 @@ def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = Non
   Args:
     path: a model directory (what train writes) or an exported SavedModel version folder
       (one holding saved_model.pb).
-    checkpoint: a model directory's weights: best (default), latest, average, ema or a
-      checkpoint path (checkpoints.choose_checkpoint).
+    checkpoint: a model directory's weights: final (default: the run's choice by dev), best,
+      latest, average, ema or a checkpoint path (checkpoints.choose_checkpoint).
     src_lang, tgt_lang: the languages whose subword models a model directory with separate
       vocabularies reads (default: the ones it was trained with, from its data.json).
     search: config.DecodeConfig fields for a model directory (beam_size, alpha, max_length,
@@ -374,10 +375,10 @@ def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = Non
 
 def load_model_dir(model_dir: str, src_lang: str, tgt_lang: str, decode_config,
                    checkpoint: str | None = None) -> TranslationModel:
-  """The model of `model_dir` at `checkpoint` (None: best), searching with `decode_config`'s
+  """The model of `model_dir` at `checkpoint` (None: final), searching with `decode_config`'s
   settings unless a call gives others; tokens are counted as its real subword tokens (truncated
   to max_length on the source side) + </s>."""
-  model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint or "best")
+  model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint or "final")
   translators = {}
 
   def functions_for(beam_size, alpha):
@@ -446,7 +447,7 @@ def load_inference(saved_model: str | None, model_dir: str | None, src_lang: str
                    tgt_lang: str, decode_config,
                    checkpoint: str | None = None) -> TranslationModel:
   """The CLIs' `--saved_model` or `--model_dir` (exactly one) as a TranslationModel; a model
-  directory searches with `decode_config` (the flags) at `checkpoint` (None: best).
+  directory searches with `decode_config` (the flags) at `checkpoint` (None: final).
 
   Raises:
     ModelDirError: both or neither given, a checkpoint with a SavedModel, or an unusable folder.

@@ -35,7 +35,7 @@ def check_recorded(path: str, current: dict, what: str):
     tf.io.gfile.makedirs(os.path.dirname(path) or ".")
     write_json(path, current)
     return
-  recorded = _read_json(path)
+  recorded = read_json(path)
   differing = [key for key in sorted(set(recorded) | set(current))
                if recorded.get(key) != current.get(key)]
   if differing:
@@ -67,7 +67,7 @@ def check_config(model_dir: str, model_config: ModelConfig):
   """Records the architecture at the first run; refuses a later run with another one."""
   path = os.path.join(model_dir, "config.json")
   if tf.io.gfile.exists(path):
-    recorded = _read_json(path)
+    recorded = read_json(path)
     if _upgraded_config(recorded) != recorded:
       write_json(path, _upgraded_config(recorded))
   check_recorded(path, dataclasses.asdict(model_config), "the architecture")
@@ -98,10 +98,11 @@ def check_data(model_dir: str, data_config):
 def read_data(model_dir: str) -> dict:
   """data.json's record (src_lang, tgt_lang, vocabulary settings), or {} when there is none."""
   path = os.path.join(model_dir, "data.json")
-  return _read_json(path) if tf.io.gfile.exists(path) else {}
+  return read_json(path) if tf.io.gfile.exists(path) else {}
 
 
-def _read_json(path: str) -> dict:
+def read_json(path: str) -> dict:
+  """The JSON object of `path`, or a ModelDirError naming it."""
   try:
     with tf.io.gfile.GFile(path) as f:
       value = json.load(f)
@@ -117,7 +118,7 @@ def read_config(model_dir: str) -> ModelConfig:
   if not tf.io.gfile.exists(path):
     raise ModelDirError(f"{path}: no such file; is {model_dir} a trained model directory?")
   try:
-    return ModelConfig(**_upgraded_config(_read_json(path)))
+    return ModelConfig(**_upgraded_config(read_json(path)))
   except TypeError as e:
     raise ModelDirError(f"{path}: not this project's model config ({e}); use another "
                         "--model_dir") from None

@@ -15,7 +15,7 @@ from absl import logging
 
 from common.errors import UserError
 from common.progress import ProgressBar
-from tf_transformer import checkpoints, fine_tuning, model_dir, runtime
+from tf_transformer import checkpoints, final_weights, fine_tuning, model_dir, runtime
 from tf_transformer.evaluator import Evaluator
 from tf_transformer.model import build_model
 from tf_transformer.optimizer import make_optimizer
@@ -241,10 +241,32 @@ class Trainer:
           logging.info("XLA: train step compiled for batches of [%d, %d] (%d shapes so far)",
                        rows, length, len(self.compiled_shapes))
 
+  def _choose_final_weights(self) -> dict:
+    """The best checkpoint, the average of the last checkpoints and the moving average, scored
+    on dev; the winner's weights stay in the model and final.json names them (results.json's
+    final_weights and dev_bleu_<candidate>; TensorBoard's final/dev_bleu_<candidate>)."""
+    c = self.config
+    paths = final_weights.candidates(c.model_dir, c.average_last)
+    if not paths:
+      return {}
+    winner, scores = final_weights.choose(self.model, self.evaluator.dev_bleu, paths)
+    final_weights.record(c.model_dir, winner, paths[winner], scores, self.step)
+    with self.evaluator.writer.as_default(step=self.step):
+      for name, score in scores.items():
+        tf.summary.scalar(f"final/dev_bleu_{name}", score)
+      tf.summary.text("final/choice", f"{winner} ({paths[winner]}), dev BLEU "
+                      + ", ".join(f"{name} {score:.2f}" for name, score in scores.items()))
+    return {"final_weights": winner, **{f"dev_bleu_{name}": score
+                                         for name, score in scores.items()}}
+
   def _finish(self) -> dict:
-    """Scores the best checkpoint on the test set; the chief writes results.json."""
-    results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy()),
-               **self.evaluator.test(self.write_dir, self.step)}
+    """Chooses the final weights by dev BLEU (the chief, when there are dev sentences), scores
+    them on the test set once; the chief writes results.json."""
+    results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy())}
+    chosen = self.is_chief and self.evaluator.data.dev_pairs(self.config.eval_sentences)
+    if chosen:
+      results.update(self._choose_final_weights())
+    results.update(self.evaluator.test(self.write_dir, self.step, restore_best=not chosen))
     if self.is_chief:
       model_dir.write_json(os.path.join(self.config.model_dir, "results.json"), results)
     else:

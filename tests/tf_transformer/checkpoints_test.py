@@ -116,10 +116,11 @@ def test_best_falls_back_to_the_latest_and_says_so(checkpoints_dir, tmp_path, ca
                 "tf_transformer.bin.average_checkpoints --model_dir={m} --last=N"),
     ("ema", "{m}/ema: no moving average of the weights; train with --ema_decay to keep one"),
     ("{m}/ckpt-5", "{m}/ckpt-5: no such checkpoint ({m}/ckpt-5.index is missing); --checkpoint "
-                   "takes best, latest, average, ema or a checkpoint path such as "
+                   "takes final, best, latest, average, ema or a checkpoint path such as "
                    "{m}/ckpt-1000"),
     ("{m}/best", "{m}/best: no such checkpoint ({m}/best.index is missing); --checkpoint takes "
-                 "best, latest, average, ema or a checkpoint path such as {m}/ckpt-1000"),
+                 "final, best, latest, average, ema or a checkpoint path such as "
+                 "{m}/ckpt-1000"),
 ])
 def test_a_checkpoint_that_is_not_there_is_named(checkpoints_dir, checkpoint, message):
   folder, _ = checkpoints_dir
