@@ -33,12 +33,10 @@ class Start:
     init_from: OLD's model directory.
     checkpoint: the checkpoint of OLD whose weights the run starts from.
     step: that checkpoint's step in OLD's run.
-    model_config: OLD's architecture, with the new run's dropout rates and skip_padding.
   """
   init_from: str
   checkpoint: str
   step: int
-  model_config: ModelConfig
 
 
 def check_flags(init_from: str, flag_values, data_config):
@@ -115,13 +113,12 @@ def model_config(origin_dir: str, flag_values) -> ModelConfig:
   return dataclasses.replace(model_dir_lib.read_config(origin_dir), **changeable)
 
 
-def start(init_from: str, checkpoint: str, model_dir: str, model_config: ModelConfig,
-          record: bool = True) -> Start:
-  """The weights and architecture a first run in `model_dir` starts from: OLD's at
+def start(init_from: str, checkpoint: str, model_dir: str, record: bool = True) -> Start:
+  """The weights a first run in `model_dir` starts from: OLD's at
   `checkpoint` (checkpoints.choose_checkpoint's choices), recorded in model_dir/init.json
   when `record` (the chief worker)."""
   path = checkpoints.choose_checkpoint(init_from, checkpoint)
-  result = Start(init_from, path, checkpoints.checkpoint_step(path), model_config)
+  result = Start(init_from, path, checkpoints.checkpoint_step(path))
   if record:
     model_dir_lib.write_json(os.path.join(model_dir, INIT_FILE),
                              {"init_from": init_from, "checkpoint": path, "step": result.step})
@@ -129,6 +126,6 @@ def start(init_from: str, checkpoint: str, model_dir: str, model_config: ModelCo
 
 
 def load_weights(model, start_point: Start):
-  """Restores OLD's model weights into `model` (built with `start_point.model_config`); the
+  """Restores OLD's model weights into `model` (built with `model_config(OLD, ...)`); the
   optimizer, step and data position stay the new run's."""
   checkpoints.restore(tf.train.Checkpoint(model=model), start_point.checkpoint, partial=True)

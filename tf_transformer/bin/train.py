@@ -56,7 +56,7 @@ def main(argv):
       model_config = fine_tuning.model_config(origin, FLAGS)
       if first_run:
         start = fine_tuning.start(FLAGS.init_from, FLAGS.checkpoint, train_config.model_dir,
-                                  model_config, record=is_chief)
+                                  record=is_chief)
     else:
       model_config = config.model_config_from_flags(data.vocabulary.source_size,
                                                     data.vocabulary.target_size)
