@@ -113,6 +113,10 @@ ROWS = {
            ("attention_dropout_rate", -0.1, "in [0, 1)"),
            ("relu_dropout_rate", 1.5, "in [0, 1)"),
            ("ema_decay", 1.0, "in [0, 1) (0: no moving average)")]},
+    "--average_last=-1": train(
+        "--average_last=-1",
+        message="error: flag --average_last=-1: -1 is not a non-negative integer "
+                "(see --helpfull)"),
     "--warmup_steps=0": train(
         "--warmup_steps=0",
         message="error: flag --warmup_steps=0: 0 is not a positive integer (see --helpfull)"),

@@ -1,5 +1,8 @@
 """Fixtures shared by several test files."""
 
+import json
+import pathlib
+
 from tf_transformer.bin import cli
 
 cli.set_tensorflow_environment()  # before TensorFlow loads, as in the tools
@@ -39,3 +42,50 @@ def vocabulary(tmp_path_factory):
   sentences = [s for pair in testutil.sentence_pairs(300, seed=1) for s in pair]
   tokenizer.train_sentencepiece(sentences, path, vocab_size=100)
   return tokenizer.load_vocabulary(path, path)
+
+
+@pytest.fixture(scope="session")
+def reversal_model(tmp_path_factory):
+  """A tiny.cfg model trained in float32 for 300 steps to reverse strings of 2-6 words
+  (testutil.write_word_task: train 400, val 30 and test 30 pairs), a checkpoint and an
+  evaluation every 100 steps, a moving average (decay 0.9) and its final weights chosen on dev
+  among the best checkpoint, the average of the last 3 and the moving average. Unlike a random
+  model, it ends its translations with </s>.
+
+  Returns:
+    (model folder, the dev pairs, the run's results: the last JSON line of train).
+  """
+
+  def make(folder):
+    testutil.write_word_task(folder, "train", 400, seed=0)
+    dev = testutil.write_word_task(folder, "val", 30, seed=1)
+    testutil.write_word_task(folder, "test", 30, seed=2)
+    result = testutil.run_cli(
+        "tf_transformer.train", "--flagfile=flags/tiny.cfg", f"--data_dir={folder}",
+        f"--model_dir={folder / 'model'}", "--src_lang=src", "--tgt_lang=tgt",
+        "--test_prefix=test", "--train_steps=300", "--eval_every=100", "--save_every=100",
+        "--ema_decay=0.9", "--average_last=3", "--mixed_precision=float32", timeout=600)
+    assert result.returncode == 0, result.stderr
+    return str(folder / "model"), dev, json.loads(result.stdout.strip().splitlines()[-1])
+
+  model_dir, dev, results = testutil.once_per_run(tmp_path_factory, "reversal", make)
+  return pathlib.Path(model_dir), [tuple(pair) for pair in dev], results
+
+
+@pytest.fixture(scope="session")
+def reversal_export(reversal_model, tmp_path_factory):
+  """reversal_model's final weights exported without XLA, with the search of
+  testutil.REVERSAL_EXPORT_SEARCH (inputs over 10 pieces are cut): the SavedModel's version
+  folder."""
+  model_dir = reversal_model[0]
+
+  def make(folder):
+    search = testutil.REVERSAL_EXPORT_SEARCH
+    result = testutil.run_cli(
+        "tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
+        f"--model_dir={model_dir}", f"--export_dir={folder}", "--nodecode_jit",
+        *(f"--{name}={value}" for name, value in search.items() if name != "nbest"))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]  # the version folder, numbered by the step
+
+  return pathlib.Path(testutil.once_per_run(tmp_path_factory, "reversal_export", make))

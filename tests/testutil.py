@@ -1,10 +1,13 @@
 """What the tests share: the repository's paths, corpus writers, subprocess runners, references."""
 
 import concurrent.futures
+import fcntl
 import gzip
 import io
+import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,6 +105,31 @@ def parse_flags(name, *args):
   return flags.FLAGS
 
 
+def once_per_run(tmp_path_factory, name, make):
+  """`make(folder)`'s JSON value, made once per pytest run in a new folder: under pytest-xdist,
+  the first worker to ask makes it while the others wait, and they all read the same one.
+
+  Args:
+    tmp_path_factory: pytest's.
+    name: the folder's name, unique per fixture.
+    make: fn(pathlib.Path folder) -> a JSON-serializable value.
+  """
+  if "PYTEST_XDIST_WORKER" not in os.environ:
+    return make(tmp_path_factory.mktemp(name))
+  root = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
+  folder, made = root / name, root / f"{name}.json"
+  with open(root / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    if made.exists():
+      return json.loads(made.read_text())
+    if folder.exists():  # a worker failed making it: start again
+      shutil.rmtree(folder)
+    folder.mkdir()
+    value = make(folder)
+    made.write_text(json.dumps(value))
+    return value
+
+
 def free_port():
   """A loopback TCP port that nothing listens on (now)."""
   return free_ports(1)[0]
@@ -180,6 +208,25 @@ EN_WORDS = ("the a cat dog house tree river sees likes runs quickly small big gr
             "young man woman child city near under with").split()
 DE_WORDS = ("der die das eine Katze Hund Haus Baum Fluss sieht mag läuft schnell klein groß "
             "grün alt jung Mann Frau Kind Stadt nahe unter mit über Brücke").split()
+
+
+TASK_WORDS = 13  # write_word_task's words: w0 .. w12
+
+
+# the search the reversal_export fixture exports (conftest.py)
+REVERSAL_EXPORT_SEARCH = dict(beam_size=2, nbest=2, max_length=10, extra_decode_length=5)
+
+
+def write_word_task(folder, prefix, lines, seed, mapping=lambda n: n):
+  """{prefix}.src/.tgt: 2-6 words w0..w12; each target is the source reversed, every word wN
+  written as w(mapping(N)). Returns the (source, target) pairs."""
+  rng = np.random.default_rng(seed)
+  sources = [[f"w{n}" for n in rng.integers(0, TASK_WORDS, rng.integers(2, 7))]
+             for _ in range(lines)]
+  targets = [[f"w{mapping(int(word[1:]))}" for word in reversed(words)] for words in sources]
+  pairs = [(" ".join(s), " ".join(t)) for s, t in zip(sources, targets)]
+  write_corpus(folder, prefix, *zip(*pairs))
+  return pairs
 
 
 def sentence_pairs(num, seed, max_words=25):

@@ -1,9 +1,11 @@
 """Tests of data_pipeline/parallel_data.py: a task's text corpora, vocabulary and batches."""
 
+import logging
 import os
 import shutil
 
 import pytest
+import sentencepiece as spm
 
 from data_pipeline import corpora
 from data_pipeline.parallel_data import ParallelData
@@ -106,3 +108,30 @@ def test_parallel_data_nothing_left(data_dir, tmp_path, vocabulary):
     ParallelData(_config(data_dir, max_length=1), str(model_dir))
   assert str(e.value) == (f"{data_dir}/train.en: no pair left for training "
                           "(all empty, invalid or over --max_length=1)")
+
+
+def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabulary, caplog):
+  """The counts of the train lines, empty and non-UTF-8 pairs, and pairs over --max_length
+  (a side's pieces, SentencePiece's own count, before EOS), as a user reads them in the log."""
+  pairs = testutil.sentence_pairs(150, seed=11)
+  sources, targets = [s.encode() for s, _ in pairs], [t.encode() for _, t in pairs]
+  sources[5] = b"\xff" + sources[5]
+  sources[9] = targets[9] = b""
+  testutil.write_lines(data_dir / "train.en", sources)
+  testutil.write_lines(data_dir / "train.de", targets)
+  model_dir = tmp_path / "model"
+  model_dir.mkdir()
+  shutil.copy(vocabulary.source_model_path, model_dir / "spm.joint.model")
+  pieces = spm.SentencePieceProcessor(model_file=vocabulary.source_model_path)
+  max_length = 15
+  kept = [i for i, (s, t) in enumerate(pairs) if i not in (5, 9)]
+  too_long = sum(max(len(pieces.encode(pairs[i][0])), len(pieces.encode(pairs[i][1]))) > max_length
+                 for i in kept)
+  assert 0 < too_long < len(kept)
+  caplog.set_level(logging.INFO)
+  ParallelData(_config(data_dir, on_bad_line="skip", max_length=max_length), str(model_dir))
+  messages = [r.getMessage() for r in caplog.records]
+  assert (f"train: 150 lines in {data_dir}/train.en / {data_dir}/train.de; 1 empty pairs "
+          "dropped; 1 non-UTF-8 pairs skipped") in messages
+  assert (f"train: {len(kept) - too_long} pairs kept, {too_long} dropped over "
+          f"--max_length={max_length} subword tokens") in messages

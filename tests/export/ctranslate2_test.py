@@ -65,7 +65,7 @@ def exported(request, corpus, tmp_path_factory):
   return folder, sources
 
 
-def _ours(model_dir, sources, beam_size):
+def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint=None):
   """Our decoding: (pieces of each source, ids of each best output without EOS).
 
   beam_size 0: the argmax path of the model's cached decoder, token by token, which is what
@@ -75,7 +75,7 @@ def _ours(model_dir, sources, beam_size):
   from tf_transformer import decoding
   from tf_transformer.inference import load_for_inference
 
-  model, vocabulary, _ = load_for_inference(str(model_dir), "en", "de")
+  model, vocabulary, _ = load_for_inference(str(model_dir), *langs, checkpoint or "final")
   search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
                                                    extra_decode_length=EXTRA)[0][:, 0],
                        input_signature=[tf.TensorSpec([1, None], tf.int32)])
@@ -170,3 +170,33 @@ def test_the_folder_holds_the_subword_models(exported):
   assert [n for n in names if n.startswith("spm.")] in (["spm.joint.model"],
                                                         ["spm.de.model", "spm.en.model"])
   assert not os.path.exists(str(folder / "ct2") + ".tmp")
+
+
+def _export(model_dir, output_dir, *flags):
+  result = testutil.run_cli("tf_transformer.bin.export_ctranslate2", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={model_dir}", f"--output_dir={output_dir}", *flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return output_dir
+
+
+def test_int8_and_a_named_checkpoint(reversal_model, tmp_path):
+  """--checkpoint exports the weights it names; --quantization=int8 stores the matrices in 8
+  bits (model.bin about half of float32's for this tiny model: its biases, norms and scales stay
+  float32) and still reverses (the reversal model)."""
+  model_dir, dev, _ = reversal_model
+  sources = [source for source, _ in dev]
+  early = _export(model_dir, tmp_path / "early", f"--checkpoint={model_dir / 'ckpt-100'}")
+  final_int8 = _export(model_dir, tmp_path / "int8", "--quantization=int8")
+  pieces, ours_early = _ours(model_dir, sources, 0, ("src", "tgt"), str(model_dir / "ckpt-100"))
+  _, ours_final = _ours(model_dir, sources, 0, ("src", "tgt"))
+  assert ours_early != ours_final  # 100 of 300 steps: the weights translate otherwise
+  assert _theirs(early, pieces, beam_size=1) == ours_early
+  sizes = {folder: os.path.getsize(folder / "model.bin") for folder in (early, final_int8)}
+  assert sizes[final_int8] < 0.55 * sizes[early], sizes
+  int8 = _theirs(final_int8, pieces, beam_size=1)
+  assert np.mean([o == t for o, t in zip(ours_final, int8)]) >= 0.9
+  with open(final_int8 / "shared_vocabulary.json") as f:
+    words = json.load(f)
+  reversed_ = [" ".join("".join(words[i] for i in ids).replace("\u2581", " ").split()) == target
+               for ids, (_, target) in zip(int8, dev)]
+  assert np.mean(reversed_) >= 0.5, reversed_  # most (an untrained model: none)

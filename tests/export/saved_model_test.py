@@ -10,10 +10,12 @@ import time
 
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 
+from data_pipeline.token_ids import EOS_ID
 from tests import testutil
-from tf_transformer import inference
+from tf_transformer import decoding, inference
 from tf_transformer.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
@@ -157,7 +159,12 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
   assert loaded["outputs"][1] == "" and loaded["scores"][1] == 0.0  # empty in, empty out
   assert loaded["nbest_shape"] == [len(INPUTS), 2]
   assert loaded["many"] == 1000
-  assert loaded["log_prob"][0] < 0
+  # score: the forced-decoding log-probability of "aa" after INPUTS[0], over the length penalty
+  ids = [side.tokenize(tf.constant([text])).to_tensor() for side, text in
+         ((vocabulary.source, INPUTS[0]), (vocabulary.target, "aa"))]
+  source_ids, target_ids = (tf.concat([row, [[EOS_ID]]], axis=1) for row in ids)
+  expected_log_prob = decoding.score(model, source_ids, target_ids, alpha=0.6).numpy()
+  np.testing.assert_allclose(loaded["log_prob"], expected_log_prob, rtol=1e-5)
   prefixed = module.translate_prefix(tf.constant(INPUTS), tf.constant(_prefixes()))
   assert loaded["prefixed"] == [[o.decode() for o in row] for row in prefixed["outputs"].numpy()]
   np.testing.assert_allclose(loaded["prefixed_scores"], prefixed["scores"].numpy(), rtol=1e-5)
@@ -300,3 +307,26 @@ def test_bad_flags_are_one_line_errors(model_dir, tmp_path, args, message):
 def test_missing_model_dir_is_one_line_error(tmp_path):
   testutil.assert_one_line_error(export(tmp_path / "nothing", tmp_path / "e"),
                                  f"error: {tmp_path}/nothing: no such directory")
+
+
+def test_a_trained_export_ends_translations_and_cuts_long_inputs(reversal_model, reversal_export):
+  """align on a model that ends its translations: each target row is its pieces then </s>, and
+  a source over the export's --max_length=10 is cut to its first 10 pieces + </s>."""
+  model_dir, dev, _ = reversal_model
+  long_source = " ".join(f"w{n % 13}" for n in range(15))
+  sources = [source for source, _ in dev[:6]] + [long_source]
+  pieces = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.joint.model"))
+  align = tf.saved_model.load(str(reversal_export)).signatures["align"]
+  result = {name: value.numpy() for name, value in align(inputs=tf.constant(sources)).items()}
+  reversed_rows = 0
+  for row, text in enumerate(sources):
+    source = [piece.decode() for piece in result["source_tokens"][row] if piece]
+    target = [piece.decode() for piece in result["target_tokens"][row] if piece]
+    assert source == pieces.encode(text, out_type=str)[:10] + ["</s>"]
+    assert target[-1] == "</s>" and "</s>" not in target[:-1], target
+    output = result["outputs"][row].decode()
+    assert "".join(target[:-1]).replace("▁", " ").split() == output.split()
+    reversed_rows += row < 6 and output.split() == text.split()[::-1]
+    attention = result["attention"][row][:len(target), :len(source)]
+    np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-5)
+  assert reversed_rows >= 3  # trained to reverse: most dev sentences come back reversed

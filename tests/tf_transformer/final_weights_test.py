@@ -15,42 +15,9 @@ from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model import build_model
 from tf_transformer.translator import Translator
 
-WORDS = 13
 
-
-def write_task(folder, prefix, lines, seed):
-  """{prefix}.src/.tgt: 2-6 words of 13, the target reversed."""
-  rng = tf.random.Generator.from_seed(seed)
-  counts = rng.uniform([lines], 2, 7, tf.int32).numpy()
-  words = rng.uniform([int(counts.sum())], 0, WORDS, tf.int32).numpy()
-  sources, start = [], 0
-  for count in counts:
-    sources.append([f"w{n}" for n in words[start:start + count]])
-    start += count
-  testutil.write_corpus(folder, prefix, [" ".join(w) for w in sources],
-                        [" ".join(reversed(w)) for w in sources])
-  return [(" ".join(w), " ".join(reversed(w))) for w in sources]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  """A tiny reversal model trained 300 steps with a moving average, a checkpoint every 100
-  steps: (its folder, the dev pairs, the CLI's results)."""
-  folder = tmp_path_factory.mktemp("final_weights")
-  write_task(folder, "train", 400, seed=0)
-  dev = write_task(folder, "val", 30, seed=1)
-  write_task(folder, "test", 30, seed=2)
-  result = testutil.run_cli(
-      "tf_transformer.train", "--flagfile=flags/tiny.cfg", f"--data_dir={folder}",
-      f"--model_dir={folder / 'model'}", "--src_lang=src", "--tgt_lang=tgt",
-      "--test_prefix=test", "--train_steps=300", "--eval_every=100", "--save_every=100",
-      "--ema_decay=0.9", "--average_last=3", "--mixed_precision=float32", timeout=600)
-  assert result.returncode == 0, result.stderr
-  return folder / "model", dev, json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def test_the_run_records_every_dev_score_and_keeps_the_winner(trained):
-  model_dir, _, results = trained
+def test_the_run_records_every_dev_score_and_keeps_the_winner(reversal_model):
+  model_dir, _, results = reversal_model
   final = json.loads((model_dir / "final.json").read_text())
   scores = final["dev_bleu"]
   assert set(scores) == {"best", "average", "ema"}
@@ -82,8 +49,8 @@ def _dev_bleu(model, vocabulary, dev):
 
 
 @pytest.mark.parametrize("winner", ["best", "average", "ema"])
-def test_dev_prefers_each_candidate_in_turn(trained, tmp_path, winner):
-  model_dir, dev, _ = trained
+def test_dev_prefers_each_candidate_in_turn(reversal_model, tmp_path, winner):
+  model_dir, dev, _ = reversal_model
   folder = tmp_path / "model"
   shutil.copytree(model_dir, folder)
   config = model_dir_lib.read_config(str(folder))

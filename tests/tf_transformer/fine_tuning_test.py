@@ -14,25 +14,8 @@ from tf_transformer import checkpoints, inference, trainer
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import TrainConfig
 
-WORDS = 13
-
-
-def write_task(folder, prefix, lines, seed, mapping):
-  """{prefix}.src/.tgt: 2-6 words w0..w12; each target is the source reversed, every word
-  wN written as w(mapping(N))."""
-  rng = np.random.default_rng(seed)
-  sources = [[f"w{n}" for n in rng.integers(0, WORDS, rng.integers(2, 7))] for _ in range(lines)]
-  targets = [[f"w{mapping(int(word[1:]))}" for word in reversed(words)] for words in sources]
-  testutil.write_corpus(folder, prefix, [" ".join(w) for w in sources],
-                        [" ".join(w) for w in targets])
-
-
-def reverse(n):
-  return n
-
-
 def reverse_and_shift(n):
-  return (n + 5) % WORDS
+  return (n + 5) % testutil.TASK_WORDS
 
 
 def train(data_dir, model_dir, *args):
@@ -44,23 +27,11 @@ def train(data_dir, model_dir, *args):
 
 
 @pytest.fixture(scope="module")
-def first_task(tmp_path_factory):
-  """A tiny model trained 300 steps to reverse word strings: (data folder, model folder)."""
-  folder = tmp_path_factory.mktemp("first_task")
-  write_task(folder, "train", 400, seed=0, mapping=reverse)
-  write_task(folder, "val", 40, seed=1, mapping=reverse)
-  result = train(folder, folder / "model", "--train_steps=300", "--eval_every=300",
-                 "--save_every=300")
-  assert result.returncode == 0, result.stderr
-  return folder, folder / "model"
-
-
-@pytest.fixture(scope="module")
 def second_task(tmp_path_factory):
   """The second task's data: reverse, and write every word as another."""
   folder = tmp_path_factory.mktemp("second_task")
-  write_task(folder, "train", 400, seed=2, mapping=reverse_and_shift)
-  write_task(folder, "val", 40, seed=3, mapping=reverse_and_shift)
+  testutil.write_word_task(folder, "train", 400, seed=3, mapping=reverse_and_shift)
+  testutil.write_word_task(folder, "val", 40, seed=4, mapping=reverse_and_shift)
   return folder
 
 
@@ -70,8 +41,8 @@ def model_weights(model_dir, checkpoint="latest"):
 
 
 def test_a_run_starts_from_the_weights_of_init_from_with_a_fresh_optimizer(
-    first_task, second_task, tmp_path):
-  _, old = first_task
+    reversal_model, second_task, tmp_path):
+  old = reversal_model[0]
   new = tmp_path / "new"
   # a learning rate so small that one step moves no weight by more than ~1e-9
   result = train(second_task, new, f"--init_from={old}", "--checkpoint=latest",
@@ -102,8 +73,8 @@ def test_a_run_starts_from_the_weights_of_init_from_with_a_fresh_optimizer(
     np.testing.assert_allclose(v, 2 * m ** 2, rtol=1e-3, atol=1e-30)
 
 
-def test_a_resumed_fine_tuning_never_reads_init_from(first_task, second_task, tmp_path):
-  _, old = first_task
+def test_a_resumed_fine_tuning_never_reads_init_from(reversal_model, second_task, tmp_path):
+  old = reversal_model[0]
   copy = tmp_path / "old_copy"
   shutil.copytree(old, copy)
   new = tmp_path / "new"
@@ -117,9 +88,9 @@ def test_a_resumed_fine_tuning_never_reads_init_from(first_task, second_task, tm
   assert "resumed from" in resumed.stderr and model_weights(new)[1] == 40
 
 
-def test_a_flag_that_contradicts_init_from_is_a_one_line_error(first_task, second_task,
+def test_a_flag_that_contradicts_init_from_is_a_one_line_error(reversal_model, second_task,
                                                                tmp_path):
-  _, old = first_task
+  old = reversal_model[0]
   result = train(second_task, tmp_path / "new", f"--init_from={old}", "--d_model=32")
   testutil.assert_one_line_error(
       result, f"error: --d_model=32 contradicts the model of --init_from={old} (d_model=64): "
@@ -133,8 +104,8 @@ def test_a_flag_that_contradicts_init_from_is_a_one_line_error(first_task, secon
 
 
 def test_fine_tuning_learns_a_second_task_faster_than_training_from_scratch(
-    first_task, second_task, tmp_path):
-  _, old = first_task
+    reversal_model, second_task, tmp_path):
+  old = reversal_model[0]
   runs = {"fine-tuned": [f"--init_from={old}", "--checkpoint=latest"], "scratch": []}
   bleu = {}
   for name, args in runs.items():

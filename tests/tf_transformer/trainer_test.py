@@ -60,6 +60,14 @@ def test_tiny_preset_learns_to_reverse(tmp_path):
   logged = summaries(tmp_path / "model" / "eval")
   assert {"loss", "perplexity", "accuracy", "bleu", "chrf", "eval_seconds",
           "translations"} <= set(logged)
+  # each evaluation (every 100 steps, and the test's own above) shows the first four dev
+  # sentences with their references and outputs
+  first_dev = run.evaluator.data.dev_pairs(4)
+  assert [step for step, _ in logged["translations"]] == [*range(100, 801, 100), 800]
+  for _, text in logged["translations"]:
+    shown = text.decode().split("\n\n")
+    assert [entry.split("  \n")[:2] for entry in shown] == [
+        [f"**source** {source}", f"**reference** {reference}"] for source, reference in first_dev]
   assert logged["test_bleu"] == [(run.step, np.float32(results["test_bleu"]))]
   assert logged["test_chrf"] == [(run.step, np.float32(results["test_chrf"]))]
   # a heat map for each of the first two dev sentences at each evaluation (every 100 steps,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -213,3 +214,41 @@ def test_target_prefix_begins_each_translation(tiny_model_dir, model, tmp_path):
     index, text, _ = row.split(" ||| ")
     firsts.setdefault(int(index), text)
   assert list(firsts.values()) == batched
+
+
+def test_a_saved_model_translates_scores_and_aligns_as_its_model_directory(
+    reversal_model, reversal_export, tmp_path):
+  model_dir, dev, _ = reversal_model
+  # the last source has over 10 pieces: both cut it to --max_length=10
+  sources = [source for source, _ in dev[:8]] + ["", " ".join(f"w{n % 13}" for n in range(15))]
+  targets = [target for _, target in dev[:8]] + ["w1", "w2 w1"]
+  source = testutil.write_lines(tmp_path / "source.txt", sources)
+  target = testutil.write_lines(tmp_path / "target.txt", targets)
+  library = load_inference(None, str(model_dir), "src", "tgt",
+                           DecodeConfig(**testutil.REVERSAL_EXPORT_SEARCH))
+  saved = (None, f"--saved_model={reversal_export}", f"--input={source}")
+  best, nbest, scored, aligned = (translate(*saved, *args) for args in (
+      (), ("--nbest=2",), ("--score", f"--targets={target}"), ("--print_alignment",)))
+  for result in (best, nbest, scored, aligned):
+    assert result.returncode == 0, result.stderr
+
+  outputs = best.stdout.split("\n")[:-1]
+  assert outputs == library.translate(sources)
+  # trained to reverse (300 steps): most dev sentences come back reversed
+  assert sum(output == reference for output, reference in zip(outputs, targets[:8])) >= 4
+  assert outputs[8] == "" and outputs[9]
+  rows = [row.split(" ||| ") for row in nbest.stdout.split("\n")[:-1]]
+  expected = [(str(index), hypothesis) for index, hypotheses in
+              enumerate(library.translate(sources, nbest=2)) for hypothesis in hypotheses]
+  assert [(index, text) for index, text, _ in rows] == [(i, h.text) for i, h in expected]
+  np.testing.assert_allclose([float(score) for _, _, score in rows],
+                             [h.score for _, h in expected], atol=1e-4)
+  rows = [row.split(" ||| ") for row in scored.stdout.split("\n")[:-1]]
+  assert [text for _, text in rows] == targets
+  np.testing.assert_allclose([float(score) for score, _ in rows], library.score(sources, targets),
+                             atol=1e-4)
+  alignments = library.align(sources)
+  assert aligned.stdout.split("\n")[:-1] == [
+      f"{text} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}" for text, pairs in zip(*alignments)]
+  # every dev sentence ends with </s>, aligned like the rest: one pair per piece but </s>
+  assert all(pairs for pairs in alignments[1][:8])
