@@ -5,6 +5,7 @@ import fcntl
 import gzip
 import io
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -103,6 +104,14 @@ def parse_flags(name, *args):
   finally:
     os.chdir(cwd)
   return flags.FLAGS
+
+
+def capture_absl_info(caplog, monkeypatch):
+  """Makes `caplog` see absl's INFO records whatever earlier tests in this process did to the
+  logging tree (its handler on absl's logger itself, at INFO)."""
+  logger = logging.getLogger("absl")
+  monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
+  caplog.set_level(logging.INFO, logger="absl")
 
 
 def once_per_run(tmp_path_factory, name, make):

@@ -1,6 +1,5 @@
 """Tests of data_pipeline/parallel_data.py: a task's text corpora, vocabulary and batches."""
 
-import logging
 import os
 import shutil
 
@@ -110,7 +109,8 @@ def test_parallel_data_nothing_left(data_dir, tmp_path, vocabulary):
                           "(all empty, invalid or over --max_length=1)")
 
 
-def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabulary, caplog):
+def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabulary, caplog,
+                                                      monkeypatch):
   """The counts of the train lines, empty and non-UTF-8 pairs, and pairs over --max_length
   (a side's pieces, SentencePiece's own count, before EOS), as a user reads them in the log."""
   pairs = testutil.sentence_pairs(150, seed=11)
@@ -128,7 +128,7 @@ def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabu
   too_long = sum(max(len(pieces.encode(pairs[i][0])), len(pieces.encode(pairs[i][1]))) > max_length
                  for i in kept)
   assert 0 < too_long < len(kept)
-  caplog.set_level(logging.INFO)
+  testutil.capture_absl_info(caplog, monkeypatch)
   ParallelData(_config(data_dir, on_bad_line="skip", max_length=max_length), str(model_dir))
   messages = [r.getMessage() for r in caplog.records]
   assert (f"train: 150 lines in {data_dir}/train.en / {data_dir}/train.de; 1 empty pairs "

@@ -1,7 +1,6 @@
 """export/serving.py: the batching parameters file, and writes through tf.io.gfile to a URI."""
 
 import inspect
-import logging
 
 import pytest
 import tensorflow as tf
@@ -9,6 +8,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from google.protobuf import wrappers_pb2
 
 from export import serving
+from tests import testutil
 from tf_transformer.translator import Translator
 
 # BatchingParameters of tensorflow_serving/servables/tensorflow/session_bundle_config.proto (the
@@ -64,8 +64,9 @@ def test_batching_parameters_match_the_translator_and_explain_each_value():
       == [1, 2, 4, 8, 16, 32, 48]
 
 
-def test_batching_parameters_file_is_written_once_and_an_edit_is_kept(tmp_path, caplog):
-  caplog.set_level(logging.INFO)
+def test_batching_parameters_file_is_written_once_and_an_edit_is_kept(tmp_path, caplog,
+                                                                     monkeypatch):
+  testutil.capture_absl_info(caplog, monkeypatch)
   export_dir = f"file://{tmp_path}/model"  # through tf.io.gfile: a URI works like a path
   path = serving.write_batching_parameters(export_dir, 64)
   assert path == f"{export_dir}/batching_parameters.txt"
