@@ -110,7 +110,7 @@ def _ct2_translate_fns(clients: int):
       if not pieces:
         return ""
       result = translator.translate_batch(
-          [pieces], beam_size=FLAGS.beam_size,
+          [pieces], beam_size=FLAGS.beam_size, length_penalty=FLAGS.alpha,
           max_decoding_length=len(pieces) + 1 + FLAGS.extra_decode_length)
       return target.decode(result[0].hypotheses[0])
 
