@@ -57,15 +57,20 @@ def exported(request, corpus, tmp_path_factory):
   corpus_dir, sources = corpus
   folder = tmp_path_factory.mktemp(f"model_{norm_position}")
   _train(corpus_dir, folder / "model", f"--norm_position={norm_position}", vocab_flag)
-  result = testutil.run_cli("tf_transformer.bin.export_ctranslate2", "--flagfile=flags/tiny.cfg",
-                            f"--model_dir={folder / 'model'}", f"--output_dir={folder / 'ct2'}",
-                            "--src_lang=en", "--tgt_lang=de", timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert result.stdout.strip().splitlines()[-1] == str(folder / "ct2")
+  _export(folder / "model", folder / "ct2", "--src_lang=en", "--tgt_lang=de")
   return folder, sources
 
 
-def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint=None):
+def _export(model_dir, output_dir, *flags):
+  """export_ctranslate2 of `model_dir` into `output_dir` (returned; the CLI prints it)."""
+  result = testutil.run_cli("tf_transformer.bin.export_ctranslate2", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={model_dir}", f"--output_dir={output_dir}", *flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().splitlines()[-1] == str(output_dir)
+  return output_dir
+
+
+def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint="final"):
   """Our decoding: (pieces of each source, ids of each best output without EOS).
 
   beam_size 0: the argmax path of the model's cached decoder, token by token, which is what
@@ -75,7 +80,7 @@ def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint=None):
   from tf_transformer import decoding
   from tf_transformer.inference import load_for_inference
 
-  model, vocabulary, _ = load_for_inference(str(model_dir), *langs, checkpoint or "final")
+  model, vocabulary, _ = load_for_inference(str(model_dir), *langs, checkpoint)
   search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
                                                    extra_decode_length=EXTRA)[0][:, 0],
                        input_signature=[tf.TensorSpec([1, None], tf.int32)])
@@ -170,13 +175,6 @@ def test_the_folder_holds_the_subword_models(exported):
   assert [n for n in names if n.startswith("spm.")] in (["spm.joint.model"],
                                                         ["spm.de.model", "spm.en.model"])
   assert not os.path.exists(str(folder / "ct2") + ".tmp")
-
-
-def _export(model_dir, output_dir, *flags):
-  result = testutil.run_cli("tf_transformer.bin.export_ctranslate2", "--flagfile=flags/tiny.cfg",
-                            f"--model_dir={model_dir}", f"--output_dir={output_dir}", *flags)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return output_dir
 
 
 def test_int8_and_a_named_checkpoint(reversal_model, tmp_path):
