@@ -75,9 +75,11 @@ class Translator(tf.Module):
                   min_length=min_decode_length, max_decode_length=max_decode_length)
     self.decode_jit = decode_jit
     self.max_batch_size = max_batch_size
+    # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code
+    # made up much of a small run's start-up)
     self._search_ids = tf.function(
         lambda ids, prefix_ids=None: decoding.decode(model, ids, prefix_ids=prefix_ids, **search),
-        jit_compile=decode_jit)
+        jit_compile=decode_jit, autograph=False)
 
   def _decode(self, source_ids, prefix_ids=None):
     """int32 [B, S] (and optional forced prefixes int32 [B, P], see decoding.decode) -> (ids
@@ -128,6 +130,7 @@ class Translator(tf.Module):
     arrays = tuple(tf.TensorArray(spec.dtype, size=0, dynamic_size=True, infer_shape=False,
                                   element_shape=tf.TensorShape([None]).concatenate(spec.shape))
                    for spec in specs)
+    fn = tf.autograph.experimental.do_not_convert(fn)  # only this loop needs AutoGraph
     for index in tf.range((count + self.max_batch_size - 1) // self.max_batch_size):
       start = index * self.max_batch_size
       results = fn(*(tensor[start:start + self.max_batch_size] for tensor in inputs))
@@ -201,7 +204,7 @@ class Translator(tf.Module):
     return (decoding.score(self._model.value, self._source_ids(source),
                            self._ids(self.target_tokenizer, target), self.alpha),)
 
-  @tf.function(input_signature=[_STRINGS])
+  @tf.function(input_signature=[_STRINGS], autograph=False)
   def align(self, inputs):
     """The best translation with its cross-attention weights (for alignments and plots).
 
