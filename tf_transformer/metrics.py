@@ -61,7 +61,7 @@ def make_loss_statistics(model, label_smoothing: float):
   """A compiled fn (source_ids, target_input_ids, target_ids) -> summed token statistics."""
   spec = tf.TensorSpec([None, None], tf.int32)
 
-  @tf.function(input_signature=[spec, spec, spec])
+  @tf.function(input_signature=[spec, spec, spec], autograph=False)
   def statistics(source_ids, target_input_ids, target_ids):
     return losses.batch_statistics(model, (source_ids, target_input_ids, target_ids),
                                    label_smoothing, training=False)

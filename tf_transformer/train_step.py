@@ -85,9 +85,11 @@ def _gradients_fn(model, optimizer, variables, label_smoothing: float, jit_compi
       loss = optimizer.scale_loss(loss) if scales_loss else loss
     return tape.gradient(loss, variables), stats
 
+  # no AutoGraph inside: the model is plain TensorFlow ops, and converting its code (hundreds
+  # of functions) took a third of a small run's start-up
   if jit_compile:
-    gradients_of = tf.function(gradients_of, jit_compile=True)
-  return gradients_of
+    return tf.function(gradients_of, jit_compile=True, autograph=False)
+  return tf.autograph.experimental.do_not_convert(gradients_of)
 
 
 def _inverse_step_tokens(local_tokens):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.token_ids import BOS_ID, EOS_ID
+from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID
 from tests import testutil
 
 MULTI30K = testutil.SHARED_DATA / "multi30k"
@@ -71,7 +71,8 @@ def _export(model_dir, output_dir, *flags):
 
 
 def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint="final"):
-  """Our decoding: (pieces of each source, ids of each best output without EOS).
+  """Our decoding, all sources in one batch (a sentence's output does not depend on its batch,
+  tested in translator_test): (pieces of each source, ids of each best output without EOS).
 
   beam_size 0: the argmax path of the model's cached decoder, token by token, which is what
   CTranslate2's greedy search follows (our beam search with one beam also keeps the best
@@ -81,32 +82,38 @@ def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint="final")
   from tf_transformer.inference import load_for_inference
 
   model, vocabulary, _ = load_for_inference(str(model_dir), *langs, checkpoint)
-  search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
-                                                   extra_decode_length=EXTRA)[0][:, 0],
-                       input_signature=[tf.TensorSpec([1, None], tf.int32)])
+  rows = vocabulary.source.tokenize(tf.constant(sources)).to_list()
+  pieces = [[p.decode() for p in vocabulary.source.id_to_string(row).numpy()] for row in rows]
+  source = tf.ragged.constant([row + [EOS_ID] for row in rows]).to_tensor(default_value=PAD_ID)
+  if beam_size == 0:
+    best = _argmax_paths(model, source, [len(row) + 1 + EXTRA for row in rows])
+  else:
+    search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
+                                                     extra_decode_length=EXTRA)[0][:, 0])
+    best = search(source).numpy().tolist()
+  return pieces, [ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids for ids in best]
+
+
+def _argmax_paths(model, source, limits):
+  """Each source's argmax path (int32 [N, S] PAD-padded), at most limits[i] tokens, up to and
+  with its first EOS: a list of id lists."""
+  from tf_transformer import decoding
+
   step = tf.function(model.decode_step)
   forbidden = decoding.never_generated_bias(model.target_vocab_size)
-
-  def argmax_path(ids):
-    memory, bias = model.encode(ids, training=False)
-    cache = model.init_decode_cache(memory, ids.shape[1] + EXTRA)
-    token, output = tf.constant([BOS_ID]), []
-    for i in range(ids.shape[1] + EXTRA):
-      logits, cache = step(token, tf.constant(i), bias, cache, forbidden)
-      token = tf.argmax(logits, axis=-1, output_type=tf.int32)
-      output.append(int(token[0]))
-      if output[-1] == EOS_ID:
-        break
-    return output
-
-  pieces, outputs = [], []
-  for text in sources:
-    ids = vocabulary.source.tokenize(tf.constant([text])).to_list()[0]
-    pieces.append([p.decode() for p in vocabulary.source.id_to_string(ids).numpy()])
-    source = tf.constant([ids + [EOS_ID]])
-    best = argmax_path(source) if beam_size == 0 else list(search(source).numpy()[0])
-    outputs.append(best[:best.index(EOS_ID)] if EOS_ID in best else best)
-  return pieces, outputs
+  memory, bias = model.encode(source, training=False)
+  cache = model.init_decode_cache(memory, max(limits))
+  token = tf.fill([len(limits)], BOS_ID)
+  paths = [[] for _ in limits]
+  for i in range(max(limits)):
+    logits, cache = step(token, tf.constant(i), bias, cache, forbidden)
+    token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    for path, limit, next_id in zip(paths, limits, token.numpy().tolist()):
+      if i < limit and EOS_ID not in path:
+        path.append(next_id)
+    if all(EOS_ID in path or len(path) == limit for path, limit in zip(paths, limits)):
+      break
+  return paths
 
 
 def _theirs(ct2_dir, pieces, beam_size):
