@@ -27,7 +27,7 @@ def _marked(ids, mask, value: float, vocab_size: int):
                                   tf.reshape(tf.where(mask, value, 0.0), [-1]))
 
 
-def select(table, priority, source_ids, size, forced_ids=None):
+def select(table, priority, source_ids, size, forced_ids=None, order=None):
   """The shortlist of a batch: its `size` target ids of highest priority.
 
   EOS first, then the pieces of `forced_ids`, then the lexicon's candidates of the batch's
@@ -56,7 +56,23 @@ def select(table, priority, source_ids, size, forced_ids=None):
     total += _marked(forced_ids, tf.not_equal(forced_ids, PAD_ID), FORCED, vocab_size)
   total += tf.one_hot(EOS_ID, vocab_size, on_value=END, off_value=0.0)
   total = tf.tensor_scatter_nd_update(total, [[PAD_ID], [BOS_ID]], [-1.0, -1.0])
-  return tf.math.top_k(total, k=size).indices
+  if order is None:
+    return tf.math.top_k(total, k=size).indices
+  # no sort: each id's tier (the sum of its marks; -1 for PAD and BOS), then its place in the
+  # frequency order fixed at export, give its place in the shortlist by cumulative sums
+  tier = tf.cast(tf.where(total < 0.0, -1.0, tf.floor(total)), tf.int32)
+  order = tf.convert_to_tensor(order)
+  tier_in_order = tf.gather(tier, order)
+  place = tf.zeros([vocab_size], tf.int32)
+  before = tf.constant(0)
+  for level in (14, 12, 10, 8, 6, 4, 2, 0, -1):
+    here = tf.equal(tier_in_order, level)
+    place = tf.where(here, before + tf.cumsum(tf.cast(here, tf.int32)) - 1, place)
+    before += tf.reduce_sum(tf.cast(here, tf.int32))
+  place = tf.minimum(place, size)  # past the shortlist: one slot, dropped
+  chosen = tf.tensor_scatter_nd_update(tf.zeros([size + 1], tf.int32), place[:, tf.newaxis],
+                                       order)
+  return chosen[:size]
 
 
 def vocabulary_positions(shortlist, vocab_size: int):

@@ -7,6 +7,7 @@ while traced functions that close over the model and capture its variables save 
 nothing but tensorflow and tensorflow_text.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
@@ -28,8 +29,10 @@ def _rows(strings):
 def _bucket_rows(batch):
   """int32 scalar: the rows of a batch of `batch` (int32 scalar) sentences in its XLA shape
   bucket, the smallest power of two >= batch."""
-  powers_of_two = tf.bitwise.left_shift(1, tf.range(31))
-  return tf.reduce_min(tf.boolean_mask(powers_of_two, powers_of_two >= batch))
+  rows = batch - 1  # integer arithmetic only, which XLA folds into a constant at compile time
+  for shift in (1, 2, 4, 8, 16):
+    rows = tf.bitwise.bitwise_or(rows, tf.bitwise.right_shift(rows, shift))
+  return rows + 1
 
 
 class _Untracked:
@@ -96,12 +99,15 @@ class Translator(tf.Module):
     self.decode_jit = decode_jit
     self.max_batch_size = max_batch_size
     self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0
-    size, table, priority = self.shortlist_size, None, None
+    size, table, priority, order = self.shortlist_size, None, None, None
     if size:  # saved with the module (tracked attributes), read by the search
       table = self.shortlist_table = tf.Variable(lexicon.table, trainable=False,
                                                  name="shortlist_table")
       priority = self.shortlist_priority = tf.Variable(lexicon.priority, trainable=False,
                                                        name="shortlist_priority")
+      order = self.shortlist_order = tf.Variable(
+          np.argsort(-lexicon.priority, kind="stable").astype(np.int32), trainable=False,
+          name="shortlist_order")
 
     vocab_size = model.target_vocab_size
 
@@ -114,9 +120,9 @@ class Translator(tf.Module):
       rows = ids.shape[0]
       if size and rows is None:  # the graph path's dynamic batch
         batch_size = tf.minimum(size * _bucket_rows(tf.shape(ids)[0]), vocab_size)
-        shortlist = shortlist_lib.select(table, priority, ids, batch_size, prefix_ids)
+        shortlist = shortlist_lib.select(table, priority, ids, batch_size, prefix_ids, order)
       elif size and size * rows < vocab_size:  # XLA's static shape bucket
-        shortlist = shortlist_lib.select(table, priority, ids, size * rows, prefix_ids)
+        shortlist = shortlist_lib.select(table, priority, ids, size * rows, prefix_ids, order)
       return decoding.decode(model, ids, prefix_ids=prefix_ids, shortlist=shortlist, **search)
 
     self._search_ids = tf.function(search_ids, jit_compile=decode_jit, autograph=False)
