@@ -361,8 +361,10 @@ def test_a_shortlist_export_translates_as_the_whole_vocabulary_with_only_tensorf
   assert settings["shortlist_per_source"] == REVERSAL_PER_SOURCE
   pieces = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.joint.model"))
   assert REVERSAL_SHORTLIST < pieces.get_piece_size()  # a shortlist indeed
-  # the lexicon's table is saved: int32 [source pieces, per_source]
-  assert _variable_bytes(version)["int32"] == pieces.get_piece_size() * REVERSAL_PER_SOURCE * 4
+  # the lexicon's table is saved, int32 [source pieces, per_source], and the target pieces'
+  # frequency order, int32 [target pieces]
+  int32_bytes = pieces.get_piece_size() * (REVERSAL_PER_SOURCE + 1) * 4
+  assert _variable_bytes(version)["int32"] == int32_bytes
 
   sources = [source for source, _ in dev]
   # forced pieces the training data never wrote (the task's words are w0 .. w12)
