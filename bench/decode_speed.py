@@ -10,7 +10,11 @@ length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in -
   - "saved_model": the exported string-to-string SavedModel (tokenization included), loaded back,
     with the XLA-compiled search that tf_transformer.bin.export_saved_model writes by default
     ("saved_model_graph": exported with --nodecode_jit; "saved_model_bfloat16" and
-    "saved_model_int8": exported with --precision=bfloat16 or int8);
+    "saved_model_int8": exported with --precision=bfloat16 or int8; "saved_model_shortlist"
+    and "saved_model_int8_shortlist": float32 and int8 with a vocabulary shortlist of
+    --shortlist_size target pieces (1024 by default here), its lexicon of
+    --shortlist_per_source candidates counted over random id pairs of the bench's lengths, so
+    a request's shortlist holds lexical candidates as a real one does);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, 2 threads, on
     the same subword pieces: CTranslate2 on exactly our weights ("ct2_int8": its int8
     compute type, the weights quantised when loaded).
@@ -30,6 +34,7 @@ from absl import app, flags
 
 from bench import op_profile
 from tf_transformer import config  # (defines the model flags)
+from tf_transformer.bin import export_saved_model  # (defines --shortlist_size, 1024 here)
 
 flags.DEFINE_integer("n_sents", 500, "Sentences decoded per pass.")
 flags.DEFINE_integer("min_src", 10, "Shortest source (tokens before EOS).")
@@ -38,7 +43,8 @@ flags.DEFINE_integer("tgt_len", 30, "Exact target length (min = max).")
 flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
                   "What to time: function, function_jit, saved_model, saved_model_graph, "
-                  "saved_model_bfloat16, saved_model_int8, ct2, ct2_int8.")
+                  "saved_model_bfloat16, saved_model_int8, saved_model_shortlist, "
+                  "saved_model_int8_shortlist, ct2, ct2_int8.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -54,6 +60,25 @@ def _subword_model(path, vocab_size, rng):
     sentences = (" ".join(rng.choice(words, 12)) for _ in range(60000))
     tokenizer.train_sentencepiece(sentences, path, vocab_size)
   return tokenizer.load_vocabulary(path, path)
+
+
+def _random_lexicon(rng, source_size, target_size, pairs=20_000):
+  """A shortlist Lexicon (--shortlist_per_source candidates per source id) counted over `pairs`
+  random id pairs of the bench's source and target lengths: the model is random, so is its
+  lexicon."""
+  import numpy as np
+
+  from data_pipeline import lexical_shortlist
+  from data_pipeline.token_ids import EOS_ID
+
+  def ragged(size, min_length, max_length):
+    lengths = rng.integers(min_length, max_length + 1, 1000)
+    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return splits, rng.integers(EOS_ID + 1, size, splits[-1]).astype(np.int32)
+
+  blocks = ((ragged(source_size, FLAGS.min_src, FLAGS.max_src),
+             ragged(target_size, FLAGS.tgt_len, FLAGS.tgt_len)) for _ in range(pairs // 1000))
+  return lexical_shortlist.build(blocks, source_size, target_size, FLAGS.shortlist_per_source)
 
 
 def _timed(run_pass):
@@ -130,6 +155,7 @@ def main(argv):
     copy.set_weights(model.get_weights())
     return copy
   results = []
+  lexicon = None  # made at the first *_shortlist path
   for beam in (int(b) for b in FLAGS.beams):
     length = FLAGS.tgt_len
     for path, jit in (("function", False), ("function_jit", True)):
@@ -139,14 +165,23 @@ def main(argv):
             jit_compile=jit)
         times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
         results.append((path, beam, times))
-    for path, jit, precision in (("saved_model", True, "float32"),
-                                 ("saved_model_graph", False, "float32"),
-                                 ("saved_model_bfloat16", True, "bfloat16"),
-                                 ("saved_model_int8", True, "int8")):
+    for path, jit, precision, shortlisted in (
+        ("saved_model", True, "float32", False),
+        ("saved_model_graph", False, "float32", False),
+        ("saved_model_bfloat16", True, "bfloat16", False),
+        ("saved_model_int8", True, "int8", False),
+        ("saved_model_shortlist", True, "float32", True),
+        ("saved_model_int8_shortlist", True, "int8", True)):
       if path in FLAGS.paths:
+        shortlist = {}
+        if shortlisted:
+          if lexicon is None:
+            lexicon = _random_lexicon(rng, vocabulary.source_size, vocabulary.target_size)
+          shortlist = dict(shortlist_size=FLAGS.shortlist_size, lexicon=lexicon)
         module = Translator(model_in(precision), vocabulary, beam_size=beam, nbest=1,
                             max_length=FLAGS.max_length, min_decode_length=length,
-                            max_decode_length=length, decode_jit=jit, precision=precision)
+                            max_decode_length=length, decode_jit=jit, precision=precision,
+                            **shortlist)
         export_dir = os.path.join(FLAGS.workdir, f"{path}_beam{beam}")
         tf.saved_model.save(module, export_dir, signatures=module.signatures())
         serve = tf.saved_model.load(export_dir).signatures["serving_default"]
@@ -169,4 +204,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  FLAGS.set_default("shortlist_size", 1024)  # export_saved_model's 0 would time no shortlist
   app.run(main)

@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from common import files
+from data_pipeline import lexical_shortlist
 from tf_transformer.inference import load_for_inference
 from tf_transformer.translator import Translator
 
@@ -147,23 +148,40 @@ def write_batching_parameters(export_dir: str, max_batch_size: int) -> str:
 
 
 def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
-           checkpoint: str = "final", precision: str = "float32") -> str:
+           checkpoint: str = "final", precision: str = "float32", shortlist_size: int = 0,
+           shortlist_per_source: int = 20, data_config=None) -> str:
   """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
   the next version of `export_dir`, with `decode_config`'s search fixed in it and
   `translate_nbest` returning the whole beam, its matrix products' weights in `precision`
   (see layers.low_precision).
+
+  With `shortlist_size` (>= 2 and below the target vocabulary's size; 0: none) every search
+  writes only that many target pieces per batch (tf_transformer/shortlist.py), chosen with the
+  lexicon of `shortlist_per_source` target pieces per source piece that is counted here over
+  the training data of DataConfig `data_config` (data_pipeline/lexical_shortlist.py).
 
   Returns:
     The version folder written, `export_dir`/<the checkpoint's step, or the next free number>.
 
   Raises:
     ModelDirError: the model directory, its vocabulary or its checkpoint is unusable.
+    CorpusError: a shortlist's training data is missing.
   """
   model, vocabulary, step = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
+  lexicon = None
+  if shortlist_size >= vocabulary.target_size:
+    logging.info("--shortlist_size=%d is not below the target vocabulary's %d pieces: the "
+                 "search keeps the whole vocabulary", shortlist_size, vocabulary.target_size)
+    shortlist_size = 0
+  if shortlist_size:
+    lexicon = lexical_shortlist.from_training_data(data_config, vocabulary, shortlist_per_source)
   decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
-  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config), precision=precision)
+  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config), precision=precision,
+                     shortlist_size=shortlist_size, lexicon=lexicon)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
-              "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision}
+              "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision,
+              "shortlist_size": shortlist_size,
+              "shortlist_per_source": shortlist_per_source if shortlist_size else 0}
   path = save_version(module, module.signatures(), export_dir, next_version(export_dir, step),
                       settings)
   write_batching_parameters(export_dir, module.max_batch_size)

@@ -17,6 +17,7 @@ from tests.tf_transformer.bin.train_test import write_corpus
 
 TRAIN = ("tf_transformer.train", "--flagfile=flags/tiny.cfg", "--src_lang=src", "--tgt_lang=tgt",
          "--dev_prefix=", "--train_steps=2")
+EXPORT = ("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg")
 TRANSLATE = ("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg", "--beam_size=2",
              "--extra_decode_length=4")
 
@@ -37,6 +38,10 @@ def train(*flags, message, **kwargs):
 
 def translate(*flags, message, **kwargs):
   return Case((*TRANSLATE, "--model_dir={m}", *flags), message, **kwargs)
+
+
+def export(*flags, message, **kwargs):
+  return Case((*EXPORT, "--model_dir={m}", "--export_dir={d}/export", *flags), message, **kwargs)
 
 
 def write(name, content):
@@ -191,6 +196,21 @@ ROWS = {
     "unwritable --output": translate(
         "--input={d}/train.src", "--output={d}/train.src/out.txt",
         message="error: {d}/train.src/out.txt: Not a directory"),
+    # ------------------------------------------------------------------ export
+    **{f"export --{name}={value}": export(
+        f"--{name}={value}", message=f"error: flag --{name}={value}: {reason} (see --helpfull)")
+       for name, value, reason in [
+           ("shortlist_size", -1, "must be 0 (no shortlist) or an integer >= 2"),
+           ("shortlist_size", 1, "must be 0 (no shortlist) or an integer >= 2"),
+           ("shortlist_per_source", 0, "0 is not a positive integer")]},
+    "export a shortlist without data flags": export(
+        "--shortlist_size=8",
+        message="error: --data_dir is required (the folder of the corpus files), or "
+                "--dataset=tfds:NAME"),
+    "export a shortlist without its training data": export(
+        "--shortlist_size=8", "--data_dir={d}/nope", "--src_lang=src", "--tgt_lang=tgt",
+        message="error: {d}/nope/train.src: no such file (nor {d}/nope/train.src.gz); check "
+                "--data_dir and the prefixes"),
     "evaluate with a missing reference": Case(
         ("tf_transformer.bin.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
          "--src={d}/train.src", "--ref={d}/nope.tgt"),

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, decoder_inputs
 from tf_transformer import beam_search
+from tf_transformer import shortlist as shortlist_lib
 from tf_transformer.layers.attention_bias import large_negative
 
 
@@ -15,7 +16,7 @@ def never_generated_bias(vocab_size: int):
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
            extra_decode_length: int = 50, min_length=0, max_decode_length=None,
-           prefix_ids=None):
+           prefix_ids=None, shortlist=None):
   """Beam search over the model's key/value-cached decoder (see beam_search for beam_size 1).
 
   Args:
@@ -31,6 +32,10 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     prefix_ids: optional int32 [batch, P], PAD_ID-padded: the first target tokens of each
       translation, forced (a row of PAD_IDs: none). A sentence with a prefix gets at most
       max(source length, prefix length) + extra tokens.
+    shortlist: optional int32 [n], distinct target ids (tf_transformer.shortlist.select; EOS
+      among them, and every id of prefix_ids): the only tokens the search may write. Each step
+      computes the logits of those n ids alone (the columns of the output projection are
+      gathered once), and the log-probabilities are normalised over them.
 
   Returns:
     ids: int32 [batch, beam_size, L], best first, EOS then zeros; L is max_decode_length, or
@@ -49,14 +54,19 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     buffer_length += extra_decode_length
     max_decode_length = lengths + extra_decode_length
   memory, cross_bias = model.encode(source_ids, training=False)
-  cache = model.init_decode_cache(memory, buffer_length)
+  cache = model.init_decode_cache(memory, buffer_length, output_ids=shortlist)
   forbidden = never_generated_bias(model.target_vocab_size)
+  if shortlist is not None:
+    forbidden = tf.gather(forbidden, shortlist)
+    positions = shortlist_lib.vocabulary_positions(shortlist, model.target_vocab_size)
 
   # the search state holds only the self-attention buffers; the rest (the projected memory,
   # one copy per source that its beam hypotheses share) stays constant
   def symbols_to_logits_fn(ids, step, self_cache):
     logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache),
                                           logits_bias=forbidden)
+    if shortlist is not None:  # [B * K, n] -> [B * K, V]: beam search sees the vocabulary
+      logits = shortlist_lib.spread(logits, positions)
     return logits, new_cache["self"]
 
   ids, scores = beam_search.beam_search(

@@ -152,7 +152,8 @@ class Transformer(keras.Model):
                                                 layout, memory_layout)
 
   def logits(self, hidden, output_kernel=None, bias=None):
-    """hidden [..., d_model] -> float32 [..., target_vocab_size]; see SharedEmbedding.logits."""
+    """hidden [..., d_model] -> float32 [..., target_vocab_size] (or [..., n] with the kernel of
+    n ids); see SharedEmbedding.logits."""
     return self.target_embedding.logits(hidden, output_kernel, bias)
 
   def call(self, inputs, training=None):
@@ -161,12 +162,13 @@ class Transformer(keras.Model):
     memory, bias = self.encode(source_ids, training=training)
     return self.logits(self.decode(target_input_ids, memory, bias, training=training))
 
-  def init_decode_cache(self, memory, max_length: int):
+  def init_decode_cache(self, memory, max_length: int, output_ids=None):
     """Decoding state for `max_length` steps: Decoder.init_cache's "self" (the per-hypothesis
     buffers each step writes) and "cross" parts, plus "output_kernel", the pre-softmax matrix
-    transposed once for the whole decoding."""
+    transposed once for the whole decoding; with `output_ids` (int32 [n], a vocabulary
+    shortlist) its columns of those target ids only, and `decode_step` gives their n logits."""
     return dict(self.decoder.init_cache(memory, max_length),
-                output_kernel=self.target_embedding.output_kernel())
+                output_kernel=self.target_embedding.output_kernel(output_ids))
 
   def decode_step(self, ids, decode_index, cross_attention_bias, cache, logits_bias=None):
     """Logits for the next token after feeding one token per sequence.
@@ -178,10 +180,12 @@ class Transformer(keras.Model):
         of sources (each source's K beam hypotheses are consecutive rows).
       cache: from `init_decode_cache` or the previous step; its "self" part has batch rows and
         its "cross" part sources rows.
-      logits_bias: optional float32 [target_vocab_size] added to the logits.
+      logits_bias: optional float32 [target_vocab_size] added to the logits ([n] with a
+        cache of n output ids).
 
     Returns:
-      logits: float32 [batch, target_vocab_size], of the token at `decode_index + 1`.
+      logits: float32 [batch, target_vocab_size] ([batch, n] with a cache of n output ids), of
+        the token at `decode_index + 1`.
       cache: the updated decoding state.
     """
     buffer = cache["self"][0]["key"]

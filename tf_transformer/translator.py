@@ -7,10 +7,12 @@ while traced functions that close over the model and capture its variables save 
 nothing but tensorflow and tensorflow_text.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
+from tf_transformer import shortlist as shortlist_lib
 from tf_transformer.layers import low_precision
 
 _STRINGS = tf.TensorSpec([None], tf.string)
@@ -22,6 +24,15 @@ def _rows(strings):
   shape it declares, and a scalar or a matrix would otherwise fail deep inside the search.
   The error reads "Shape of tensor inputs [] is not compatible with expected shape [?]"."""
   return tf.ensure_shape(strings, [None])
+
+
+def _bucket_rows(batch):
+  """int32 scalar: the rows of a batch of `batch` (int32 scalar) sentences in its XLA shape
+  bucket, the smallest power of two >= batch."""
+  rows = batch - 1  # integer arithmetic only, which XLA folds into a constant at compile time
+  for shift in (1, 2, 4, 8, 16):
+    rows = tf.bitwise.bitwise_or(rows, tf.bitwise.right_shift(rows, shift))
+  return rows + 1
 
 
 class _Untracked:
@@ -50,15 +61,27 @@ class Translator(tf.Module):
     precision: the weights of the matrix products, one of low_precision.PRECISIONS:
       "bfloat16" and "int8" convert `model` in place (low_precision.convert), and the module
       then holds those copies instead of the float32 matrices they replace.
+    shortlist_size: 0, or n >= 2: every search (not `score`) of B sentences writes only the
+      n * B' target ids (B' = B rounded up to a power of two) that shortlist.select chooses
+      for its batch from `lexicon` (the pieces of a forced prefix among them), normalising its
+      probabilities over them; the whole vocabulary where n * B' reaches its size. n >= the
+      target vocabulary's size: the whole vocabulary, as 0.
+    lexicon: data_pipeline.lexical_shortlist.Lexicon (its table and priorities are saved with
+      the module as variables); required with a shortlist.
   """
 
   def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
                max_length: int = 100, extra_decode_length: int = 50,
                min_decode_length: int = 0, max_decode_length: int | None = None,
-               decode_jit: bool = False, max_batch_size: int = 64, precision: str = "float32"):
+               decode_jit: bool = False, max_batch_size: int = 64, precision: str = "float32",
+               shortlist_size: int = 0, lexicon=None):
     super().__init__(name="translator")
     if not 1 <= nbest <= beam_size:
       raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
+    if shortlist_size < 0 or shortlist_size == 1:
+      raise ValueError(f"shortlist_size must be 0 (none) or at least 2, got {shortlist_size}")
+    if 0 < shortlist_size < model.target_vocab_size and lexicon is None:
+      raise ValueError("a shortlist_size needs the lexicon to choose the shortlists from")
     added, replaced = low_precision.convert(model, precision)
     replaced = {variable.path for variable in replaced}
     self.model_variables = [v.value for v in model.variables if v.path not in replaced] + added
@@ -75,11 +98,36 @@ class Translator(tf.Module):
                   min_length=min_decode_length, max_decode_length=max_decode_length)
     self.decode_jit = decode_jit
     self.max_batch_size = max_batch_size
+    self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0
+    size, table, priority, order = self.shortlist_size, None, None, None
+    if size:  # saved with the module (tracked attributes), read by the search
+      table = self.shortlist_table = tf.Variable(lexicon.table, trainable=False,
+                                                 name="shortlist_table")
+      priority = self.shortlist_priority = tf.Variable(lexicon.priority, trainable=False,
+                                                       name="shortlist_priority")
+      order = self.shortlist_order = tf.Variable(
+          np.argsort(-lexicon.priority, kind="stable").astype(np.int32), trainable=False,
+          name="shortlist_order")
+
+    vocab_size = model.target_vocab_size
+
+    def search_ids(ids, prefix_ids=None):
+      # one shortlist per call, the union of what the batch's sentences need: `size` pieces
+      # for each sentence, so that a larger batch crowds out none of their candidates
+      # (the rows of the batch's shape bucket, which XLA's path pads it to, so that both paths
+      # choose the same shortlist)
+      shortlist = None
+      rows = ids.shape[0]
+      if size and rows is None:  # the graph path's dynamic batch
+        batch_size = tf.minimum(size * _bucket_rows(tf.shape(ids)[0]), vocab_size)
+        shortlist = shortlist_lib.select(table, priority, ids, batch_size, prefix_ids, order)
+      elif size and size * rows < vocab_size:  # XLA's static shape bucket
+        shortlist = shortlist_lib.select(table, priority, ids, size * rows, prefix_ids, order)
+      return decoding.decode(model, ids, prefix_ids=prefix_ids, shortlist=shortlist, **search)
+
     # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code
     # made up much of a small run's start-up)
-    self._search_ids = tf.function(
-        lambda ids, prefix_ids=None: decoding.decode(model, ids, prefix_ids=prefix_ids, **search),
-        jit_compile=decode_jit, autograph=False)
+    self._search_ids = tf.function(search_ids, jit_compile=decode_jit, autograph=False)
 
   def _decode(self, source_ids, prefix_ids=None):
     """int32 [B, S] (and optional forced prefixes int32 [B, P], see decoding.decode) -> (ids
@@ -90,8 +138,7 @@ class Translator(tf.Module):
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
     # sentence's search stops at its own length limit, so neither changes its result)
-    powers_of_two = tf.bitwise.left_shift(1, tf.range(31))
-    padded_batch = tf.reduce_min(tf.boolean_mask(powers_of_two, powers_of_two >= batch))
+    padded_batch = _bucket_rows(batch)
     padded = [self._bucketed(ids, padded_batch - batch) for ids in (source_ids, prefix_ids)
               if ids is not None]
     ids, scores = self._search_ids(*padded)
@@ -191,7 +238,11 @@ class Translator(tf.Module):
 
   @tf.function(input_signature=[_STRINGS, _STRINGS])
   def score(self, source, target):
-    """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha."""
+    """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha.
+
+    Over the whole target vocabulary, even with a shortlist: a given target may hold any
+    piece, and its log-probability is the model's (the searches' scores, normalised over
+    their shortlist, are a little higher)."""
     source, target = _rows(source), _rows(target)
     with tf.control_dependencies([tf.debugging.assert_equal(
         tf.size(source), tf.size(target),

@@ -3,6 +3,7 @@ inputs, CLI errors."""
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -330,3 +331,55 @@ def test_a_trained_export_ends_translations_and_cuts_long_inputs(reversal_model,
     attention = result["attention"][row][:len(target), :len(source)]
     np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-5)
   assert reversed_rows >= 3  # trained to reverse: most dev sentences come back reversed
+
+
+# below the reversal model's vocabulary size (checked): the shortlist leaves pieces out
+REVERSAL_SHORTLIST, REVERSAL_PER_SOURCE = 16, 4
+
+
+@pytest.fixture(scope="module")
+def reversal_shortlist_export(reversal_model, tmp_path_factory):
+  """reversal_model exported as reversal_export is, with a shortlist of its training data."""
+  model_dir = reversal_model[0]
+  search = testutil.REVERSAL_EXPORT_SEARCH
+  result = testutil.run_cli(
+      "tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
+      f"--model_dir={model_dir}", f"--export_dir={tmp_path_factory.mktemp('shortlist') / 'e'}",
+      "--nodecode_jit", f"--data_dir={model_dir.parent}", "--src_lang=src", "--tgt_lang=tgt",
+      f"--shortlist_size={REVERSAL_SHORTLIST}", f"--shortlist_per_source={REVERSAL_PER_SOURCE}",
+      *(f"--{name}={value}" for name, value in search.items() if name != "nbest"))
+  assert result.returncode == 0, result.stderr
+  return pathlib.Path(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_shortlist_export_translates_as_the_whole_vocabulary_with_only_tensorflow(
+    reversal_model, reversal_export, reversal_shortlist_export):
+  model_dir, dev, _ = reversal_model
+  version = reversal_shortlist_export
+  settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
+  assert settings["shortlist_size"] == REVERSAL_SHORTLIST
+  assert settings["shortlist_per_source"] == REVERSAL_PER_SOURCE
+  pieces = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.joint.model"))
+  assert REVERSAL_SHORTLIST < pieces.get_piece_size()  # a shortlist indeed
+  # the lexicon's table is saved, int32 [source pieces, per_source], and the target pieces'
+  # frequency order, int32 [target pieces]
+  int32_bytes = pieces.get_piece_size() * (REVERSAL_PER_SOURCE + 1) * 4
+  assert _variable_bytes(version)["int32"] == int32_bytes
+
+  sources = [source for source, _ in dev]
+  # forced pieces the training data never wrote (the task's words are w0 .. w12)
+  prefixes = ["w13" if row % 2 else "" for row in range(len(sources))]
+  fresh = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(sources),
+                              json.dumps(prefixes), cwd="/")
+  assert fresh.returncode == 0, fresh.stderr
+  loaded = json.loads(fresh.stdout.strip().splitlines()[-1])
+  whole = tf.saved_model.load(str(reversal_export)).signatures["serving_default"](
+      inputs=tf.constant(sources))
+  assert loaded["outputs"] == [output.decode() for output in whole["outputs"].numpy()]
+  assert loaded["align_outputs"] == loaded["outputs"]
+  reversed_rows = sum(output.split() == source.split()[::-1]
+                      for output, source in zip(loaded["outputs"], sources))
+  assert reversed_rows >= len(sources) // 2
+  for prefix, outputs, scores in zip(prefixes, loaded["prefixed"], loaded["prefixed_scores"]):
+    assert all(output.startswith(prefix) for output in outputs)
+    assert all(score > -100 for score in scores)  # the forced pieces are in the shortlist

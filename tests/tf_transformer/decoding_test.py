@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_pipeline.lexical_shortlist import frequency_priority
 from data_pipeline.token_ids import BOS_ID, EOS_ID
 from tests import testutil
-from tf_transformer import decoding
+from tf_transformer import decoding, shortlist
 from tf_transformer.beam_search import length_penalty
 from tf_transformer.model import Transformer
 
@@ -126,3 +127,70 @@ def test_attention_rows_after_eos_are_zero(model_and_sources):
   for row, length in enumerate([3, 2, 5]):
     np.testing.assert_allclose(attention[row, :length].sum(axis=1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(attention[row, length:], 0.0)
+
+
+# 9 of the 24 ids; no PAD or BOS, as shortlist.select chooses them
+SHORTLIST = [EOS_ID, 4, 6, 8, 10, 12, 14, 16, 18]
+
+
+def shortlisted_log_probs(model, source, prefix, ids):
+  """`full_log_probs` normalised over the target ids `ids` alone (-inf elsewhere)."""
+  logits = model((source[tf.newaxis], tf.constant([prefix])), training=False)[0, -1]
+  logits = logits.numpy().astype(np.float64)
+  outside = np.ones(len(logits), bool)
+  outside[ids] = False
+  logits[outside] = -np.inf
+  return testutil.log_softmax(logits)
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one(model_and_sources,
+                                                                     beam_size):
+  model, sources = model_and_sources
+  everything = tf.constant(np.random.default_rng(0).permutation(24), tf.int32)
+  search = dict(beam_size=beam_size, alpha=0.6, min_length=2, extra_decode_length=EXTRA)
+  ids, scores = decoding.decode(model, sources, **search)
+  listed_ids, listed_scores = decoding.decode(model, sources, shortlist=everything, **search)
+  np.testing.assert_array_equal(listed_ids.numpy(), ids.numpy())
+  np.testing.assert_allclose(listed_scores.numpy(), scores.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_a_shortlisted_search_writes_its_ids_scored_over_them(model_and_sources, beam_size):
+  model, sources = model_and_sources
+  alpha = 0.6
+  search = dict(beam_size=beam_size, alpha=alpha, min_length=3, extra_decode_length=EXTRA)
+  ids, scores = decoding.decode(model, sources, shortlist=tf.constant(SHORTLIST), **search)
+  unlisted, _ = decoding.decode(model, sources, **search)
+  assert set(unlisted.numpy().ravel()) - set(SHORTLIST) - {0}  # the shortlist changes things
+  for row, source in enumerate(sources):
+    for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
+      tokens = list(hypothesis)
+      limit = np.count_nonzero(source) + EXTRA
+      length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else limit
+      assert set(tokens[:length]) <= set(SHORTLIST) and not any(tokens[length:])
+      prefix, log_prob = [BOS_ID], 0.0
+      for token in tokens[:length]:
+        log_prob += shortlisted_log_probs(model, source, prefix, SHORTLIST)[token]
+        prefix.append(token)
+      np.testing.assert_allclose(score, log_prob / float(length_penalty(length, alpha)),
+                                 rtol=1e-4)
+
+
+def test_xla_compiled_shortlisted_search_decodes_the_same(model_and_sources):
+  model, sources = model_and_sources
+  rng = np.random.default_rng(5)
+  table = tf.constant(rng.integers(4, 24, size=(24, 3)), tf.int32)
+  priority = tf.constant(frequency_priority(rng.integers(0, 100, 24)))
+
+  def search(source_ids):
+    ids = shortlist.select(table, priority, source_ids, 10)
+    return decoding.decode(model, source_ids, beam_size=2, alpha=0.6, min_length=2,
+                           extra_decode_length=EXTRA, shortlist=ids) + (ids,)
+
+  ids, scores, listed = tf.function(search)(sources)
+  jit_ids, jit_scores, jit_listed = tf.function(search, jit_compile=True)(sources)
+  np.testing.assert_array_equal(jit_listed.numpy(), listed.numpy())
+  assert set(ids.numpy().ravel()) <= set(listed.numpy()) | {0}
+  np.testing.assert_array_equal(jit_ids.numpy(), ids.numpy())
+  np.testing.assert_allclose(jit_scores.numpy(), scores.numpy(), rtol=1e-4)

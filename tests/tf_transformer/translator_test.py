@@ -5,9 +5,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.token_ids import PAD_ID
-from tf_transformer import decoding, inference
+from data_pipeline import lexical_shortlist
+from data_pipeline.token_ids import EOS_ID, PAD_ID
+from tf_transformer import decoding, inference, shortlist
+from tf_transformer.config import DataConfig
 from tf_transformer.translator import Translator
+
+# the reversal model's shortlist: EOS and up to 8 lexical pieces (a sentence of 6 numbers,
+# "▁w" and its candidates' most frequent number), and the candidates per source piece
+REVERSAL_SHORTLIST, REVERSAL_PER_SOURCE = 9, 2
 
 # 5 sentences (a batch bucket of 8) of 1 to 9 tokens (a width bucket of 16)
 TEXTS = ["aa", "bb cc dd", "ee ff gg hh ii", "", "jj kk ll mm nn oo pp qq"]
@@ -111,3 +117,87 @@ def test_translate_prefix_begins_each_translation_with_its_prefix(model_and_voca
     assert all(output.startswith(prefix_text) for output in outputs), (prefix_text, outputs)
     np.testing.assert_allclose(result["scores"][row].numpy(), want_scores[row].numpy(),
                                rtol=1e-5)
+
+
+def no_candidates_lexicon(vocabulary):
+  """A Lexicon without lexical candidates (EOS only), the lowest ids the most frequent: a
+  shortlist of n is EOS, the forced pieces, then ids 1 and up (PAD and BOS left out)."""
+  table = np.full([vocabulary.source_size, 3], EOS_ID, np.int32)
+  counts = np.arange(vocabulary.target_size)[::-1]
+  return lexical_shortlist.Lexicon(table, lexical_shortlist.frequency_priority(counts))
+
+
+def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabulary):
+  model, vocabulary = model_and_vocabulary
+  lexicon = no_candidates_lexicon(vocabulary)
+  translator = Translator(model, vocabulary, beam_size=3, nbest=3, alpha=0.6,
+                          extra_decode_length=4, shortlist_size=8, lexicon=lexicon)
+  texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
+  prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
+  source_ids = Translator._ids(vocabulary.source, texts)
+  unforced = shortlist.select(lexicon.table, lexicon.priority, source_ids, 8).numpy()
+  assert set(prefix_ids.numpy().ravel()) - {PAD_ID} - set(unforced)  # they would be left out
+  result = translator.translate_prefix(texts, prefixes)
+  for row, (text, prefix) in enumerate(zip(TEXTS, PREFIXES)):
+    if not text.strip():
+      continue
+    prefix_text = vocabulary.target.detokenize(prefix_ids[row:row + 1])[0].numpy().decode()
+    outputs = [output.decode() for output in result["outputs"][row].numpy()]
+    assert all(output.startswith(prefix_text) for output in outputs), (prefix_text, outputs)
+  # scored as log-probabilities of the shortlist, not as masked-out tokens (about -1e9)
+  assert (result["scores"].numpy() > -100).all()
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_xla_with_a_shortlist_translates_like_the_graph(model_and_vocabulary, beam_size):
+  model, vocabulary = model_and_vocabulary
+  rng = np.random.default_rng(0)
+  table = rng.integers(4, vocabulary.target_size, size=(vocabulary.source_size, 4))
+  lexicon = lexical_shortlist.Lexicon(table.astype(np.int32), lexical_shortlist.frequency_priority(
+      rng.integers(0, 100, vocabulary.target_size)))
+  search = dict(beam_size=beam_size, nbest=beam_size, extra_decode_length=4, shortlist_size=12,
+                lexicon=lexicon)
+  # (held: a tf.function method holds its module weakly)
+  graph_translator = Translator(model, vocabulary, **search)
+  xla_translator = Translator(model, vocabulary, decode_jit=True, **search)
+  graph = graph_translator.translate_nbest(tf.constant(TEXTS))
+  xla = xla_translator.translate_nbest(tf.constant(TEXTS))
+  # the buckets' extra rows (copies of the first) and padding change no shortlist
+  np.testing.assert_array_equal(xla["outputs"].numpy(), graph["outputs"].numpy())
+  np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def reversal_lexicon(reversal_model):
+  """The lexicon of the reversal model's training data (its data folder: the model's parent)."""
+  model_dir = reversal_model[0]
+  _, vocabulary, _ = inference.load_for_inference(str(model_dir), "src", "tgt")
+  config = DataConfig(data_dir=str(model_dir.parent), src_lang="src", tgt_lang="tgt")
+  return lexical_shortlist.from_training_data(config, vocabulary, REVERSAL_PER_SOURCE)
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8", "bfloat16"])
+def test_a_shortlist_translates_the_reversal_task_as_the_whole_vocabulary(
+    reversal_model, reversal_lexicon, precision):
+  """One sentence a request: a shortlist holds its words (the 2 candidates of a number piece
+  are itself and "▁w"), not the task's 13 numbers."""
+  model_dir, dev, _ = reversal_model
+  outputs = []
+  for size in (0, REVERSAL_SHORTLIST):
+    # converted in place to `precision`: a model each
+    model, vocabulary, _ = inference.load_for_inference(str(model_dir), "src", "tgt")
+    translator = Translator(model, vocabulary, beam_size=2, nbest=2, extra_decode_length=5,
+                            precision=precision, shortlist_size=size, lexicon=reversal_lexicon)
+    outputs.append([translator.serve(tf.constant([source]))["outputs"][0].numpy().decode()
+                    for source, _ in dev])
+  # the whole dev set in one request: REVERSAL_SHORTLIST pieces for each of its sentences, so
+  # none crowds out another's (one shortlist of REVERSAL_SHORTLIST for all would)
+  together = translator.serve(tf.constant([source for source, _ in dev]))["outputs"].numpy()
+  assert [output.decode() for output in together] == outputs[0]
+  # the dev set writes more pieces than a shortlist holds
+  written = vocabulary.target.tokenize(tf.constant([target for _, target in dev])).flat_values
+  assert len(set(written.numpy()) | {EOS_ID}) > REVERSAL_SHORTLIST
+  assert outputs[1] == outputs[0]
+  reversed_rows = sum(output.split() == source.split()[::-1]
+                      for output, (source, _) in zip(outputs[0], dev))
+  assert reversed_rows >= len(dev) // 2

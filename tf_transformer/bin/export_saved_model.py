@@ -8,6 +8,8 @@ dir may be any TensorFlow file system path (gs://...). The search is XLA-compile
 --nodecode_jit (TF Serving then needs --xla_cpu_compilation_enabled=true on CPU).
 --precision=int8 or bfloat16 stores the matrices of the model's products in 8 or 16 bits
 (tf_transformer/layers/low_precision.py): faster decoding, a small BLEU cost (docs/serving.md).
+--shortlist_size=N has every search write only N target pieces per sentence of its batch,
+chosen from a lexicon counted over the training data of the data flags (docs/serving.md).
 """
 
 from absl import flags
@@ -20,6 +22,22 @@ flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "int8"],
                   "Weights of the matrix products: float32 (exact), bfloat16, or int8 (per-column "
                   "scales, rows quantised as they are multiplied).")
 
+flags.DEFINE_integer("shortlist_size", 0,
+                     "Search over a vocabulary shortlist of this many target pieces per sentence "
+                     "of a batch (their union) "
+                     "(CTranslate2's vocabulary map): EOS, the training data's best target "
+                     "pieces for the batch's source pieces, then the most frequent ones; the "
+                     "output projection shrinks to them. 0: the whole vocabulary, as is any "
+                     "size >= the target vocabulary's. Counted over the training data of "
+                     "--data_dir (or --dataset) and --train_prefix; `score` always uses the "
+                     "whole vocabulary.")
+flags.register_validator("shortlist_size", lambda value: value == 0 or value >= 2,
+                         message="must be 0 (no shortlist) or an integer >= 2")
+flags.DEFINE_integer("shortlist_per_source", 20,
+                     "With --shortlist_size: the target pieces a source piece brings into the "
+                     "shortlist (its best by Dice coefficient over the training pairs).",
+                     lower_bound=1)
+
 FLAGS = flags.FLAGS
 
 
@@ -27,8 +45,10 @@ def main(argv):
   cli.start(argv)
   from export import serving
 
+  data_config = config.data_config_from_flags() if FLAGS.shortlist_size else None
   print(serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.export_dir,
-                       config.decode_config_from_flags(), FLAGS.checkpoint, FLAGS.precision))
+                       config.decode_config_from_flags(), FLAGS.checkpoint, FLAGS.precision,
+                       FLAGS.shortlist_size, FLAGS.shortlist_per_source, data_config))
 
 
 def run():

@@ -77,28 +77,34 @@ class SharedEmbedding(keras.layers.Layer):
     not_pad = tf.cast(tf.not_equal(ids, PAD_ID), self.compute_dtype)
     return x * not_pad[..., tf.newaxis]
 
-  def output_kernel(self):
-    """The transposed matrix [d_model, vocab_size] of the pre-softmax projection.
+  def output_kernel(self, ids=None):
+    """The transposed matrix [d_model, vocab_size] of the pre-softmax projection, or its
+    columns [d_model, n] of the token ids `ids` (int32 [n]: a vocabulary shortlist).
 
     A matmul with it runs about twice as fast on CPU as one with `transpose_b=True` on the
     [vocab_size, d_model] matrix, so a decoding loop computes it once and passes it to `logits`.
     After low_precision.convert it is the LowPrecisionKernel copy of that matrix.
     """
     if "output_kernel" in self.low_precision:
-      return self.low_precision["output_kernel"]
-    return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
+      kernel = self.low_precision["output_kernel"]
+      return kernel if ids is None else kernel.columns(ids)
+    if ids is None:
+      return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
+    return tf.transpose(tf.cast(tf.gather(self.embeddings, ids), self.compute_dtype))
 
   def logits(self, hidden, output_kernel=None, bias=None):
     """Pre-softmax projection with the transposed embedding matrix.
 
     Args:
       hidden: [..., d_model].
-      output_kernel: `output_kernel()`, if already computed.
-      bias: optional float32 [vocab_size] added to the logits (in float32 compute, fused into
-        the matmul).
+      output_kernel: `output_kernel()`, if already computed; `output_kernel(ids)` gives the
+        logits of those n ids only.
+      bias: optional float32 [vocab_size] (or [n]) added to the logits (in float32 compute,
+        fused into the matmul).
 
     Returns:
-      float32 [..., vocab_size] (float32 so softmax and loss stay stable in mixed precision).
+      float32 [..., vocab_size] (or [..., n]; float32 so softmax and loss stay stable in mixed
+      precision).
     """
     if output_kernel is None:
       output_kernel = self.output_kernel()
@@ -109,7 +115,10 @@ class SharedEmbedding(keras.layers.Layer):
       logits = tf.cast(tf.matmul(rows, output_kernel), tf.float32)
     if bias is not None:
       logits = tf.nn.bias_add(logits, bias)
-    shape = tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0)
+    width = output_kernel.shape[-1]  # vocab_size, or a shortlist's size
+    if width is None:
+      width = tf.shape(logits)[-1]
+    shape = tf.concat([tf.shape(hidden)[:-1], [width]], axis=0)
     return tf.reshape(logits, shape)
 
   def compute_output_shape(self, input_shape):

@@ -14,6 +14,8 @@ Everything else (embeddings, layer norms, biases, attention over the cached keys
 softmax) stays in float32.
 """
 
+import copy
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -53,6 +55,15 @@ class LowPrecisionKernel:
   @property
   def shape(self):
     return self.values.shape
+
+  def columns(self, ids) -> "LowPrecisionKernel":
+    """The columns `ids` (int32 [n]) of this kernel: a LowPrecisionKernel [d_in, n] of tensors,
+    not variables (a search's vocabulary shortlist). An int8 column keeps its scale, so a
+    product with it equals that column of the product with the whole kernel."""
+    selected = copy.copy(self)
+    selected.values = tf.gather(self.values, ids, axis=1)
+    selected.scale = None if self.scale is None else tf.gather(self.scale, ids, axis=1)
+    return selected
 
   def matmul(self, rows):
     """rows float32 [R, d_in] -> float32 [R, d_out], close to rows @ kernel.

@@ -109,3 +109,21 @@ def test_float32_converts_nothing():
   model = _model()
   assert low_precision.convert(model, "float32") == ([], [])
   assert model.decoder.layer_0.ffn.low_precision == {}
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8", "bfloat16"])
+def test_output_kernel_of_some_ids_gives_those_logits(precision):
+  """A shortlist's kernel (SharedEmbedding.output_kernel(ids)): the columns of the logits, int8
+  scales gathered with their columns."""
+  keras.utils.set_random_seed(4)
+  model = build_model(ModelConfig(40, 40, num_layers=1, d_model=16, num_heads=2, d_ff=32))
+  low_precision.convert(model, precision)
+  hidden = tf.constant(np.random.default_rng(3).normal(size=(5, 16)), tf.float32)
+  ids = [3, 37, 0, 21, 8, 9]
+  full = model.logits(hidden).numpy()
+  listed = model.logits(hidden, model.target_embedding.output_kernel(tf.constant(ids)))
+  assert listed.shape == (5, len(ids))
+  if precision == "int8":  # int32 sums and per-column scales: exactly those columns
+    np.testing.assert_array_equal(listed.numpy(), full[:, ids])
+  else:
+    np.testing.assert_allclose(listed.numpy(), full[:, ids], rtol=1e-5, atol=1e-6)

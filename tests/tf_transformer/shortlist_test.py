@@ -1,0 +1,71 @@
+"""In-graph shortlists: the priorities worked by hand on a tiny lexicon, a static size under
+XLA, and logits spread back over the vocabulary."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_pipeline.lexical_shortlist import frequency_priority
+from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer import shortlist
+
+TARGET_VOCAB = 12
+
+
+def lexicon():
+  """A table of 2 candidates per source id (8 of them) and the priorities of target counts."""
+  table = np.full([8, 2], EOS_ID, np.int32)
+  table[PAD_ID] = [11, 11]  # a trap: padding brings no candidate
+  table[4], table[5], table[6] = [9, 10], [10, 6], [7, EOS_ID]
+  # by frequency: 4, 5, 6, 7, 8, 9, 10, 11, then the never seen 0, 1, 2, 3
+  counts = np.array([0, 0, 0, 0, 50, 40, 30, 20, 10, 5, 2, 1])
+  return tf.constant(table), tf.constant(frequency_priority(counts))
+
+
+SOURCES = tf.constant([[4, 5, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
+
+
+@pytest.mark.parametrize("size, expected", [
+    # EOS; the lexical candidates 6, 9, 10 (of 4 and 5), most frequent first; then by frequency
+    (6, [EOS_ID, 6, 9, 10, 4, 5]),
+    (2, [EOS_ID, 6]),
+    # the whole vocabulary: PAD and BOS last, UNK (1) before them
+    (TARGET_VOCAB, [EOS_ID, 6, 9, 10, 4, 5, 7, 8, 11, 1, PAD_ID, BOS_ID]),
+])
+def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected):
+  table, priority = lexicon()
+  ids = shortlist.select(table, priority, SOURCES, size)
+  assert ids.dtype == tf.int32
+  assert list(ids.numpy()) == expected
+
+
+def test_forced_pieces_come_before_lexical_candidates():
+  table, priority = lexicon()
+  forced = tf.constant([[8, PAD_ID], [11, 8]])
+  ids = shortlist.select(table, priority, SOURCES, 6, forced_ids=forced)
+  assert list(ids.numpy()) == [EOS_ID, 8, 11, 6, 9, 10]
+
+
+def test_static_size_under_xla():
+  table, priority = lexicon()
+  select = tf.function(lambda ids: shortlist.select(table, priority, ids, 6), jit_compile=True,
+                       input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  concrete = select.get_concrete_function()
+  assert concrete.structured_outputs.shape == (6,)
+  assert list(select(SOURCES).numpy()) == [EOS_ID, 6, 9, 10, 4, 5]
+  # one sentence of one piece, and a batch whose lexicon candidates all collide with EOS
+  assert list(select(tf.constant([[6]])).numpy()) == [EOS_ID, 7, 4, 5, 6, 8]
+  assert list(select(tf.constant([[7, 7], [3, 0]])).numpy()) == [EOS_ID, 4, 5, 6, 7, 8]
+
+
+def test_spread_puts_each_logit_at_its_id_and_a_large_negative_elsewhere():
+  ids = tf.constant([EOS_ID, 7, 5])
+  logits = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  spread = shortlist.spread(logits, shortlist.vocabulary_positions(ids, 9)).numpy()
+  assert spread.shape == (2, 9)
+  np.testing.assert_array_equal(spread[:, [EOS_ID, 7, 5]], logits.numpy())
+  others = [i for i in range(9) if i not in (EOS_ID, 7, 5)]
+  assert (spread[:, others] <= -1e9).all()
+  # its softmax is the softmax over the shortlist
+  np.testing.assert_allclose(tf.nn.softmax(spread).numpy()[:, [EOS_ID, 7, 5]],
+                             tf.nn.softmax(logits).numpy(), rtol=1e-6)
