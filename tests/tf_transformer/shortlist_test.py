@@ -1,5 +1,6 @@
-"""In-graph shortlists: the priorities worked by hand on a tiny lexicon, a static size under
-XLA, and logits spread back over the vocabulary."""
+"""In-graph shortlists: the priorities worked by hand on a tiny lexicon, chosen by a top-k and
+by an export's frequency order (no sort), a static size under XLA, and logits spread back over
+the vocabulary."""
 
 import numpy as np
 import pytest
@@ -25,6 +26,15 @@ def lexicon():
 SOURCES = tf.constant([[4, 5, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
 
 
+def frequency_order(priority):
+  """What an export stores: the target ids, most frequent first (translator.Translator)."""
+  return tf.constant(np.argsort(-priority.numpy(), kind="stable").astype(np.int32))
+
+
+# how select chooses: a top-k of the priorities, or tiers in the export's frequency order
+ORDERS = pytest.mark.parametrize("ordered", [False, True], ids=["top_k", "frequency_order"])
+
+
 @pytest.mark.parametrize("size, expected", [
     # EOS; the lexical candidates 6, 9, 10 (of 4 and 5), most frequent first; then by frequency
     (6, [EOS_ID, 6, 9, 10, 4, 5]),
@@ -32,23 +42,30 @@ SOURCES = tf.constant([[4, 5, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
     # the whole vocabulary: PAD and BOS last, UNK (1) before them
     (TARGET_VOCAB, [EOS_ID, 6, 9, 10, 4, 5, 7, 8, 11, 1, PAD_ID, BOS_ID]),
 ])
-def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected):
+@ORDERS
+def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected, ordered):
   table, priority = lexicon()
-  ids = shortlist.select(table, priority, SOURCES, size)
+  order = frequency_order(priority) if ordered else None
+  ids = shortlist.select(table, priority, SOURCES, size, order=order)
   assert ids.dtype == tf.int32
   assert list(ids.numpy()) == expected
 
 
-def test_forced_pieces_come_before_lexical_candidates():
+@ORDERS
+def test_forced_pieces_come_before_lexical_candidates(ordered):
   table, priority = lexicon()
+  order = frequency_order(priority) if ordered else None
   forced = tf.constant([[8, PAD_ID], [11, 8]])
-  ids = shortlist.select(table, priority, SOURCES, 6, forced_ids=forced)
+  ids = shortlist.select(table, priority, SOURCES, 6, forced_ids=forced, order=order)
   assert list(ids.numpy()) == [EOS_ID, 8, 11, 6, 9, 10]
 
 
-def test_static_size_under_xla():
+@ORDERS
+def test_static_size_under_xla(ordered):
   table, priority = lexicon()
-  select = tf.function(lambda ids: shortlist.select(table, priority, ids, 6), jit_compile=True,
+  order = frequency_order(priority) if ordered else None
+  select = tf.function(lambda ids: shortlist.select(table, priority, ids, 6, order=order),
+                       jit_compile=True,
                        input_signature=[tf.TensorSpec([None, None], tf.int32)])
   concrete = select.get_concrete_function()
   assert concrete.structured_outputs.shape == (6,)
