@@ -80,11 +80,11 @@ def evaluate(preset, model_dir, src, ref, output):
 
 
 def train(preset, data, model_dir, steps, *flags):
-  """A run on the TED split; returns (its results, seconds). The run decodes its test set in its
-  training precision; the table's scores all come from `evaluate` (float32), like the caption
-  model's."""
+  """A run on the TED split; returns (its results, seconds). The run decodes no test set
+  (`--test_prefix=` clears the preset's): the table's scores all come from `evaluate`
+  (float32), like the caption model's, and tst2017 is decoded once."""
   return _run("tf_transformer.train", f"--flagfile={preset}", f"--data_dir={data}",
-              f"--model_dir={model_dir}", "--dev_prefix=val", "--test_prefix=test",
+              f"--model_dir={model_dir}", "--dev_prefix=val", "--test_prefix=",
               f"--train_steps={steps}", *flags)
 
 
