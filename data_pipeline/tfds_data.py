@@ -100,8 +100,10 @@ class TfdsData:
     """Endless training batches of this worker's share of the record files."""
     c = self.config
     split = TRAIN if num_shards == 1 else tfds.even_splits(TRAIN, n=num_shards)[shard]
+    # no larger than the split (see ParallelData.train_batches)
+    buffer = min(c.shuffle_buffer, self.builder.info.splits[TRAIN].num_examples)
     return pipeline.train_batches(self._pairs(split, seed), self.vocabulary, c.max_length,
-                                  c.batch_tokens, c.shuffle_buffer, seed)
+                                  c.batch_tokens, buffer, seed)
 
   def dev_batches(self):
     if DEV not in self.splits:

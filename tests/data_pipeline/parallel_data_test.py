@@ -135,3 +135,22 @@ def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabu
           "dropped; 1 non-UTF-8 pairs skipped") in messages
   assert (f"train: {len(kept) - too_long} pairs kept, {too_long} dropped over "
           f"--max_length={max_length} subword tokens") in messages
+
+
+def test_a_shuffle_buffer_over_the_corpus_size_is_cut_to_it(data_dir, tmp_path):
+  """The batches are those of the buffer asked for, and a checkpoint of the iterator stays
+  small: TensorFlow writes every slot of a shuffle buffer, empty ones too (26 MB for 100,000)."""
+  import numpy as np
+  import tensorflow as tf
+
+  from data_pipeline import pipeline
+
+  data = ParallelData(_config(data_dir, shuffle_buffer=100_000), str(tmp_path / "model"))
+  ours = iter(data.train_batches(seed=3))
+  asked = iter(pipeline.train_batches(data.train_pairs(), data.vocabulary, 60, 512, 100_000, 3))
+  for _ in range(40):  # several epochs of the 150 pairs
+    for got, want in zip(next(ours), next(asked)):
+      np.testing.assert_array_equal(got.numpy(), want.numpy())
+  path = tf.train.Checkpoint(iterator=ours).write(str(tmp_path / "ckpt" / "iterator"))
+  size = sum(os.path.getsize(name) for name in tf.io.gfile.glob(path + ".data-*"))
+  assert size < 1_000_000, size
