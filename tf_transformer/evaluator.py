@@ -48,6 +48,8 @@ class Evaluator:
     search = dataclasses.replace(decode_config, beam_size=train_config.eval_beam_size, nbest=1)
     self.translator = Translator(model, data.vocabulary, **dataclasses.asdict(search))
     self._loss_statistics = metrics.make_loss_statistics(model, train_config.label_smoothing)
+    # built once, a pass per evaluation: building it traces its map functions each time
+    self._dev_batches = data.dev_batches()
 
   @property
   def state(self) -> dict:
@@ -77,9 +79,8 @@ class Evaluator:
     attention of the first dev sentences go to TensorBoard."""
     start = time.perf_counter()
     results = {}
-    batches = self.data.dev_batches()
-    if batches is not None:
-      results.update(metrics.dev_loss(self._loss_statistics, batches))
+    if self._dev_batches is not None:
+      results.update(metrics.dev_loss(self._loss_statistics, self._dev_batches))
     pairs = self.data.dev_pairs(self.config.eval_sentences)
     if pairs:
       sources, references = zip(*pairs)
