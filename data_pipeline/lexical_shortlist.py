@@ -39,11 +39,11 @@ class Lexicon:
   Attributes:
     table: int32 [source_vocab_size, per_source]: each source id's target ids by Dice, best
       first (ties: the lower id first), EOS_ID-padded where fewer target ids co-occur with it.
-    priority: float32 [target_vocab_size] in (0, 1): (V - rank) / (V + 1) of each target id
-      ranked by c(t), the most frequent highest (ties: the lower id first).
+    order: int32 [target_vocab_size]: the target ids ranked by c(t), the most frequent first
+      (ties: the lower id first).
   """
   table: np.ndarray
-  priority: np.ndarray
+  order: np.ndarray
 
 
 def _distinct_per_row(ragged: RaggedIds, vocab_size: int):
@@ -106,14 +106,11 @@ class CooccurrenceCounts:
             self._counts)
 
 
-def frequency_priority(target_counts: np.ndarray) -> np.ndarray:
-  """float32 [V] in (0, 1): (V - rank) / (V + 1) of each id of `target_counts` (int [V])
-  ranked by count, the most frequent first (ties: the lower id first)."""
+def frequency_order(target_counts: np.ndarray) -> np.ndarray:
+  """int32 [V]: the ids of `target_counts` (int [V]) ranked by count, the most frequent first
+  (ties: the lower id first)."""
   size = len(target_counts)
-  order = np.lexsort((np.arange(size), -np.asarray(target_counts)))
-  priority = np.empty(size, np.float64)
-  priority[order] = (size - np.arange(size)) / (size + 1)
-  return priority.astype(np.float32)
+  return np.lexsort((np.arange(size), -np.asarray(target_counts))).astype(np.int32)
 
 
 def build(blocks: Iterable[tuple[RaggedIds, RaggedIds]], source_vocab_size: int,
@@ -137,7 +134,7 @@ def build(blocks: Iterable[tuple[RaggedIds, RaggedIds]], source_vocab_size: int,
   kept = rank < per_source
   table = np.full([source_vocab_size, per_source], EOS_ID, np.int32)
   table[sources[kept], rank[kept]] = targets[kept]
-  return Lexicon(table, frequency_priority(counts.target))
+  return Lexicon(table, frequency_order(counts.target))
 
 
 def training_pairs(config, vocabulary) -> tf.data.Dataset:

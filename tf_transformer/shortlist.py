@@ -13,31 +13,33 @@ import tensorflow as tf
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.layers.attention_bias import large_negative
 
-# what a target id adds to its frequency priority in (0, 1), by tier: each tier outranks the
-# ones below it, the more frequent first within a tier
-LEXICAL = 2.0  # a lexicon candidate of one of the batch's source pieces
-FORCED = 4.0  # a piece of a forced prefix: outside the shortlist it could not be forced
-END = 8.0  # EOS: every sentence must be able to end
+# a target id's tier is the sum of its marks: each tier outranks the ones below it, and within
+# a tier the more frequent id comes first
+LEXICAL = 1  # a lexicon candidate of one of the batch's source pieces
+FORCED = 2  # a piece of a forced prefix: outside the shortlist it could not be forced
+END = 4  # EOS: every sentence must be able to end
+_TIERS = range(LEXICAL + FORCED + END, -2, -1)  # highest first; -1: PAD and BOS
 
 
-def _marked(ids, mask, value: float, vocab_size: int):
-  """float32 [vocab_size]: `value` at the ids (int32 [...]) whose `mask` (bool [...]) is true,
+def _marked(ids, mask, value: int, vocab_size: int):
+  """int32 [vocab_size]: `value` at the ids (int32 [...]) whose `mask` (bool [...]) is true,
   0 elsewhere."""
-  return tf.tensor_scatter_nd_max(tf.zeros([vocab_size]), tf.reshape(ids, [-1, 1]),
-                                  tf.reshape(tf.where(mask, value, 0.0), [-1]))
+  return tf.tensor_scatter_nd_max(tf.zeros([vocab_size], tf.int32), tf.reshape(ids, [-1, 1]),
+                                  tf.reshape(tf.where(mask, value, 0), [-1]))
 
 
-def select(table, priority, source_ids, size, forced_ids=None, order=None):
-  """The shortlist of a batch: its `size` target ids of highest priority.
+def select(table, order, source_ids, size, forced_ids=None):
+  """The shortlist of a batch: its `size` target ids of highest tier, the more frequent first
+  within a tier.
 
   EOS first, then the pieces of `forced_ids`, then the lexicon's candidates of the batch's
   source pieces (PAD excluded), then the most frequent target pieces; PAD and BOS, which no
-  output contains, only when every other id is in.
+  output contains, only when every other id is in. No sort: each id's place follows from
+  cumulative sums over `order`.
 
   Args:
     table: int32 [source_vocab_size, k], each source id's lexicon candidates (Lexicon.table).
-    priority: float32 [target_vocab_size] in (0, 1), higher for more frequent target ids
-      (Lexicon.priority).
+    order: int32 [target_vocab_size], the target ids most frequent first (Lexicon.order).
     source_ids: int32 [B, S], PAD_ID-padded.
     size: 2 <= size <= target_vocab_size: a Python int (static, as XLA needs it) or an int32
       scalar.
@@ -45,27 +47,22 @@ def select(table, priority, source_ids, size, forced_ids=None, order=None):
       to write (a forced prefix).
 
   Returns:
-    int32 [size]: distinct target ids, highest priority first.
+    int32 [size]: distinct target ids, highest tier first.
   """
-  vocab_size = priority.shape[0]
+  vocab_size = order.shape[0]
   candidates = tf.gather(table, source_ids)  # -> [B, S, k]
   real = tf.broadcast_to(tf.not_equal(source_ids, PAD_ID)[:, :, tf.newaxis],
                          tf.shape(candidates))
-  total = tf.convert_to_tensor(priority) + _marked(candidates, real, LEXICAL, vocab_size)
+  tier = _marked(candidates, real, LEXICAL, vocab_size)
   if forced_ids is not None:
-    total += _marked(forced_ids, tf.not_equal(forced_ids, PAD_ID), FORCED, vocab_size)
-  total += tf.one_hot(EOS_ID, vocab_size, on_value=END, off_value=0.0)
-  total = tf.tensor_scatter_nd_update(total, [[PAD_ID], [BOS_ID]], [-1.0, -1.0])
-  if order is None:
-    return tf.math.top_k(total, k=size).indices
-  # no sort: each id's tier (the sum of its marks; -1 for PAD and BOS), then its place in the
-  # frequency order fixed at export, give its place in the shortlist by cumulative sums
-  tier = tf.cast(tf.where(total < 0.0, -1.0, tf.floor(total)), tf.int32)
+    tier += _marked(forced_ids, tf.not_equal(forced_ids, PAD_ID), FORCED, vocab_size)
+  tier += tf.one_hot(EOS_ID, vocab_size, on_value=END, off_value=0, dtype=tf.int32)
+  tier = tf.tensor_scatter_nd_update(tier, [[PAD_ID], [BOS_ID]], [-1, -1])
   order = tf.convert_to_tensor(order)
   tier_in_order = tf.gather(tier, order)
   place = tf.zeros([vocab_size], tf.int32)
   before = tf.constant(0)
-  for level in (14, 12, 10, 8, 6, 4, 2, 0, -1):
+  for level in _TIERS:
     here = tf.equal(tier_in_order, level)
     place = tf.where(here, before + tf.cumsum(tf.cast(here, tf.int32)) - 1, place)
     before += tf.reduce_sum(tf.cast(here, tf.int32))

@@ -7,7 +7,6 @@ while traced functions that close over the model and capture its variables save 
 nothing but tensorflow and tensorflow_text.
 """
 
-import numpy as np
 import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
@@ -99,15 +98,12 @@ class Translator(tf.Module):
     self.decode_jit = decode_jit
     self.max_batch_size = max_batch_size
     self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0
-    size, table, priority, order = self.shortlist_size, None, None, None
+    size, table, order = self.shortlist_size, None, None
     if size:  # saved with the module (tracked attributes), read by the search
       table = self.shortlist_table = tf.Variable(lexicon.table, trainable=False,
                                                  name="shortlist_table")
-      priority = self.shortlist_priority = tf.Variable(lexicon.priority, trainable=False,
-                                                       name="shortlist_priority")
-      order = self.shortlist_order = tf.Variable(
-          np.argsort(-lexicon.priority, kind="stable").astype(np.int32), trainable=False,
-          name="shortlist_order")
+      order = self.shortlist_order = tf.Variable(lexicon.order, trainable=False,
+                                                 name="shortlist_order")
 
     vocab_size = model.target_vocab_size
 
@@ -120,9 +116,9 @@ class Translator(tf.Module):
       rows = ids.shape[0]
       if size and rows is None:  # the graph path's dynamic batch
         batch_size = tf.minimum(size * _bucket_rows(tf.shape(ids)[0]), vocab_size)
-        shortlist = shortlist_lib.select(table, priority, ids, batch_size, prefix_ids, order)
+        shortlist = shortlist_lib.select(table, order, ids, batch_size, prefix_ids)
       elif size and size * rows < vocab_size:  # XLA's static shape bucket
-        shortlist = shortlist_lib.select(table, priority, ids, size * rows, prefix_ids, order)
+        shortlist = shortlist_lib.select(table, order, ids, size * rows, prefix_ids)
       return decoding.decode(model, ids, prefix_ids=prefix_ids, shortlist=shortlist, **search)
 
     # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code

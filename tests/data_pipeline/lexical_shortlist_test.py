@@ -45,13 +45,10 @@ def test_table_ranks_each_source_pieces_targets_by_dice():
   assert [list(shorter.table[s]) for s in (4, 5, 9)] == [[6, 7], [7, 8], [8, 6]]
 
 
-def test_priority_ranks_target_pieces_by_frequency_in_the_unit_interval():
-  priority = lexical_shortlist.build([block(PAIRS)], VOCAB, VOCAB, per_source=3).priority
-  assert priority.dtype == np.float32 and priority.shape == (VOCAB,)
-  expected = np.empty(VOCAB)
-  expected[FREQUENCY_ORDER] = (VOCAB - np.arange(VOCAB)) / (VOCAB + 1)
-  np.testing.assert_allclose(priority, expected, rtol=1e-7)
-  assert 0 < priority.min() and priority.max() < 1
+def test_order_ranks_target_pieces_by_frequency():
+  order = lexical_shortlist.build([block(PAIRS)], VOCAB, VOCAB, per_source=3).order
+  assert order.dtype == np.int32
+  np.testing.assert_array_equal(order, FREQUENCY_ORDER)
 
 
 def test_blocks_folded_one_at_a_time_count_as_one_block():
@@ -60,7 +57,7 @@ def test_blocks_folded_one_at_a_time_count_as_one_block():
   one_by_one = lexical_shortlist.build([block([pair]) for pair in PAIRS], VOCAB, VOCAB,
                                        per_source=3, merge_at=1)
   np.testing.assert_array_equal(one_by_one.table, whole.table)
-  np.testing.assert_array_equal(one_by_one.priority, whole.priority)
+  np.testing.assert_array_equal(one_by_one.order, whole.order)
 
 
 def reference_table(id_pairs, source_size, per_source):
@@ -99,8 +96,7 @@ def test_from_training_data_counts_the_first_pairs_as_the_vocabulary_tokenizes_t
   expected = reference_table(id_pairs, vocabulary.source_size, 4)
   np.testing.assert_array_equal(lexicon.table, expected)
   counts = collections.Counter(t for _, target in id_pairs for t in set(target))
-  ranked = np.argsort(-lexicon.priority, kind="stable")
-  assert [counts[t] for t in ranked] == sorted(counts[t] for t in ranked)[::-1]
+  assert [counts[t] for t in lexicon.order] == sorted(counts[t] for t in lexicon.order)[::-1]
 
 
 def test_missing_training_file_is_a_one_line_corpus_error(tmp_path, vocabulary):
@@ -123,5 +119,5 @@ def test_a_tfds_task_counts_its_train_split_with_the_model_directorys_vocabulary
   from_tfds = lexical_shortlist.from_training_data(config, vocabulary, per_source=4)
   from_files = lexical_shortlist.from_training_data(files_config, vocabulary, per_source=4)
   np.testing.assert_array_equal(from_tfds.table, from_files.table)  # whatever the pairs' order
-  np.testing.assert_array_equal(from_tfds.priority, from_files.priority)
+  np.testing.assert_array_equal(from_tfds.order, from_files.order)
   assert sorted(os.listdir(folder)) == before  # no subword model trained

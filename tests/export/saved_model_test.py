@@ -365,6 +365,8 @@ def test_a_shortlist_export_translates_as_the_whole_vocabulary_with_only_tensorf
   # frequency order, int32 [target pieces]
   int32_bytes = pieces.get_piece_size() * (REVERSAL_PER_SOURCE + 1) * 4
   assert _variable_bytes(version)["int32"] == int32_bytes
+  # and nothing else: its float32 variables are the model's, as in the export without it
+  assert _variable_bytes(version)["float32"] == _variable_bytes(reversal_export)["float32"]
 
   sources = [source for source, _ in dev]
   # forced pieces the training data never wrote (the task's words are w0 .. w12)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.lexical_shortlist import frequency_priority
+from data_pipeline.lexical_shortlist import frequency_order
 from data_pipeline.token_ids import BOS_ID, EOS_ID
 from tests import testutil
 from tf_transformer import decoding, shortlist
@@ -181,10 +181,10 @@ def test_xla_compiled_shortlisted_search_decodes_the_same(model_and_sources):
   model, sources = model_and_sources
   rng = np.random.default_rng(5)
   table = tf.constant(rng.integers(4, 24, size=(24, 3)), tf.int32)
-  priority = tf.constant(frequency_priority(rng.integers(0, 100, 24)))
+  order = tf.constant(frequency_order(rng.integers(0, 100, 24)))
 
   def search(source_ids):
-    ids = shortlist.select(table, priority, source_ids, 10)
+    ids = shortlist.select(table, order, source_ids, 10)
     return decoding.decode(model, source_ids, beam_size=2, alpha=0.6, min_length=2,
                            extra_decode_length=EXTRA, shortlist=ids) + (ids,)
 

@@ -1,12 +1,11 @@
-"""In-graph shortlists: the priorities worked by hand on a tiny lexicon, chosen by a top-k and
-by an export's frequency order (no sort), a static size under XLA, and logits spread back over
-the vocabulary."""
+"""In-graph shortlists: the tiers worked by hand on a tiny lexicon, a static size under XLA,
+and logits spread back over the vocabulary."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.lexical_shortlist import frequency_priority
+from data_pipeline.lexical_shortlist import frequency_order
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer import shortlist
 
@@ -14,25 +13,17 @@ TARGET_VOCAB = 12
 
 
 def lexicon():
-  """A table of 2 candidates per source id (8 of them) and the priorities of target counts."""
+  """A table of 2 candidates per source id (8 of them) and the frequency order of target
+  counts."""
   table = np.full([8, 2], EOS_ID, np.int32)
   table[PAD_ID] = [11, 11]  # a trap: padding brings no candidate
   table[4], table[5], table[6] = [9, 10], [10, 6], [7, EOS_ID]
   # by frequency: 4, 5, 6, 7, 8, 9, 10, 11, then the never seen 0, 1, 2, 3
   counts = np.array([0, 0, 0, 0, 50, 40, 30, 20, 10, 5, 2, 1])
-  return tf.constant(table), tf.constant(frequency_priority(counts))
+  return tf.constant(table), tf.constant(frequency_order(counts))
 
 
 SOURCES = tf.constant([[4, 5, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
-
-
-def frequency_order(priority):
-  """What an export stores: the target ids, most frequent first (translator.Translator)."""
-  return tf.constant(np.argsort(-priority.numpy(), kind="stable").astype(np.int32))
-
-
-# how select chooses: a top-k of the priorities, or tiers in the export's frequency order
-ORDERS = pytest.mark.parametrize("ordered", [False, True], ids=["top_k", "frequency_order"])
 
 
 @pytest.mark.parametrize("size, expected", [
@@ -42,30 +33,23 @@ ORDERS = pytest.mark.parametrize("ordered", [False, True], ids=["top_k", "freque
     # the whole vocabulary: PAD and BOS last, UNK (1) before them
     (TARGET_VOCAB, [EOS_ID, 6, 9, 10, 4, 5, 7, 8, 11, 1, PAD_ID, BOS_ID]),
 ])
-@ORDERS
-def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected, ordered):
-  table, priority = lexicon()
-  order = frequency_order(priority) if ordered else None
-  ids = shortlist.select(table, priority, SOURCES, size, order=order)
+def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected):
+  table, order = lexicon()
+  ids = shortlist.select(table, order, SOURCES, size)
   assert ids.dtype == tf.int32
   assert list(ids.numpy()) == expected
 
 
-@ORDERS
-def test_forced_pieces_come_before_lexical_candidates(ordered):
-  table, priority = lexicon()
-  order = frequency_order(priority) if ordered else None
+def test_forced_pieces_come_before_lexical_candidates():
+  table, order = lexicon()
   forced = tf.constant([[8, PAD_ID], [11, 8]])
-  ids = shortlist.select(table, priority, SOURCES, 6, forced_ids=forced, order=order)
+  ids = shortlist.select(table, order, SOURCES, 6, forced_ids=forced)
   assert list(ids.numpy()) == [EOS_ID, 8, 11, 6, 9, 10]
 
 
-@ORDERS
-def test_static_size_under_xla(ordered):
-  table, priority = lexicon()
-  order = frequency_order(priority) if ordered else None
-  select = tf.function(lambda ids: shortlist.select(table, priority, ids, 6, order=order),
-                       jit_compile=True,
+def test_static_size_under_xla():
+  table, order = lexicon()
+  select = tf.function(lambda ids: shortlist.select(table, order, ids, 6), jit_compile=True,
                        input_signature=[tf.TensorSpec([None, None], tf.int32)])
   concrete = select.get_concrete_function()
   assert concrete.structured_outputs.shape == (6,)

@@ -124,7 +124,7 @@ def no_candidates_lexicon(vocabulary):
   shortlist of n is EOS, the forced pieces, then ids 1 and up (PAD and BOS left out)."""
   table = np.full([vocabulary.source_size, 3], EOS_ID, np.int32)
   counts = np.arange(vocabulary.target_size)[::-1]
-  return lexical_shortlist.Lexicon(table, lexical_shortlist.frequency_priority(counts))
+  return lexical_shortlist.Lexicon(table, lexical_shortlist.frequency_order(counts))
 
 
 def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabulary):
@@ -135,7 +135,7 @@ def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabula
   texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
   prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
   source_ids = Translator._ids(vocabulary.source, texts)
-  unforced = shortlist.select(lexicon.table, lexicon.priority, source_ids, 8).numpy()
+  unforced = shortlist.select(lexicon.table, lexicon.order, source_ids, 8).numpy()
   assert set(prefix_ids.numpy().ravel()) - {PAD_ID} - set(unforced)  # they would be left out
   result = translator.translate_prefix(texts, prefixes)
   for row, (text, prefix) in enumerate(zip(TEXTS, PREFIXES)):
@@ -153,7 +153,7 @@ def test_xla_with_a_shortlist_translates_like_the_graph(model_and_vocabulary, be
   model, vocabulary = model_and_vocabulary
   rng = np.random.default_rng(0)
   table = rng.integers(4, vocabulary.target_size, size=(vocabulary.source_size, 4))
-  lexicon = lexical_shortlist.Lexicon(table.astype(np.int32), lexical_shortlist.frequency_priority(
+  lexicon = lexical_shortlist.Lexicon(table.astype(np.int32), lexical_shortlist.frequency_order(
       rng.integers(0, 100, vocabulary.target_size)))
   search = dict(beam_size=beam_size, nbest=beam_size, extra_decode_length=4, shortlist_size=12,
                 lexicon=lexicon)
