@@ -17,6 +17,8 @@ import tarfile
 import numpy as np
 from absl import flags
 
+from tests import forked
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
@@ -68,8 +70,12 @@ def write_tgz(path, members):
       tar.addfile(info, io.BytesIO(data))
 
 
-def run_cli(module, *args, stdin=None, env=None, timeout=300):
-  """Runs `python -m module args` in the repository root; returns the CompletedProcess."""
+def run_cli(module, *args, stdin=None, env=None, timeout=300, fresh=False):
+  """Runs `python -m module args` in the repository root; returns the CompletedProcess. The
+  process is forked with TensorFlow already loaded (tests/forked.py) unless `fresh` or `env`
+  (an environment TensorFlow may read as it loads) asks for a real `python`."""
+  if not fresh and env is None:
+    return forked.run(["-m", module, *args], ROOT, stdin=stdin, timeout=timeout)
   return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, input=stdin, env=env,
                         capture_output=True, text=True, timeout=timeout)
 
@@ -80,8 +86,11 @@ def start_cli(module, *args, env=None):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def run_python(code, *args, cwd=ROOT, timeout=300):
-  """Runs the `code` snippet with `args` in a fresh Python process; returns the CompletedProcess."""
+def run_python(code, *args, cwd=ROOT, timeout=300, fresh=False):
+  """Runs the `code` snippet with `args` in a Python process of its own, forked with TensorFlow
+  already loaded (tests/forked.py) unless `fresh`; returns the CompletedProcess."""
+  if not fresh:
+    return forked.run(["-c", code, *args], cwd, timeout=timeout)
   return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
                         text=True, timeout=timeout)
 

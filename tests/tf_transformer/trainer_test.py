@@ -154,7 +154,7 @@ def test_checkpoint_holds_every_weight(tmp_path):
 
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
   run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--dropout_rate=0.1",
-                      "--save_every=1", "--keep_checkpoints=1")
+                      "--save_every=1", "--keep_checkpoints=1", "--dev_prefix=")
   run.train()
   # --keep_checkpoints=1: step 1's checkpoint was deleted when step 2's was written
   assert sorted(path.name for path in (tmp_path / "model").glob("ckpt-*")) == [
@@ -201,7 +201,7 @@ def test_gradient_norm_clip_fraction_and_profile_reach_tensorboard(tmp_path):
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
   for name, clip_norm, expected in (("tight", 1e-6, 1.0), ("loose", 1e6, 0.0)):
     run = build_trainer(tmp_path, tmp_path / name, "--train_steps=3", f"--clip_norm={clip_norm}",
-                        "--eval_every=100", "--profile_steps=2,3")
+                        "--dev_prefix=", "--profile_steps=2,3")
     norms = record_step_statistics(run, "grad_norm")
     run.train()
     train = summaries(tmp_path / name / "train")
@@ -234,7 +234,7 @@ def test_hyper_parameters_reach_the_hparams_plugin(tmp_path):
 
 def test_loss_scale_reaches_tensorboard_under_mixed_float16(tmp_path):
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
-  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--eval_every=100",
+  run = build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--dev_prefix=",
                       "--mixed_precision=mixed_float16")
   norms = record_step_statistics(run, "grad_norm")
   run.train()
@@ -283,7 +283,7 @@ def test_moving_average_cannot_be_switched_on_a_resumed_run(tmp_path):
   from tf_transformer.model_dir import ModelDirError
 
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
-  build_trainer(tmp_path, tmp_path / "model", "--train_steps=1", "--eval_every=100",
+  build_trainer(tmp_path, tmp_path / "model", "--train_steps=1", "--dev_prefix=",
                 "--ema_decay=0.9").train()
   with pytest.raises(ModelDirError, match=r"optimizer.json: .*moving_average=True.*"
                      r"moving_average=False"):

@@ -186,20 +186,20 @@ def test_multi_worker_on_two_local_processes(tmp_path):
 
 
 def test_xla_compiles_exactly_once_per_bucket(tmp_path):
-  # 1 to 31 words (one subword each, plus EOS): sentences of every bucket up to --max_length
-  words = [[f"w{(i * 7 + j) % 13}" for j in range(1 + i % 31)] for i in range(620)]
+  # 1 to 16 words (one subword each, plus EOS): sentences of every bucket up to --max_length
+  words = [[f"w{(i * 7 + j) % 13}" for j in range(1 + i % 16)] for i in range(620)]
   testutil.write_corpus(tmp_path, "train", [" ".join(w) for w in words],
                         [" ".join(reversed(w)) for w in words])
   dump = tmp_path / "xla_dump"  # XLA writes every module it compiles there
   result = testutil.run_cli(
       "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=80",
-                                          "--jit_compile", "--noskip_padding",
+                                          "--max_length=16", "--jit_compile", "--noskip_padding",
                                           "--eval_every=1000", "--save_every=1000"),
       env=dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}"))
   assert result.returncode == 0, result.stderr
   compilations = list(dump.glob("module_*gradients_of*.before_optimizations.txt"))
   shapes = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
-  buckets = len(bucketing.bucket_boundaries(32 + 1))  # tiny.cfg: --max_length=32
+  buckets = len(bucketing.bucket_boundaries(16 + 1))  # 4: 8, 12, 16 and 17 tokens
   assert len(shapes) == buckets, shapes  # the corpus reaches every bucket
   assert len(compilations) == buckets, sorted(path.name for path in compilations)
 
