@@ -27,6 +27,7 @@ import traceback
 PRELOAD = ["tensorflow", "keras", "tensorflow_text", "sacrebleu"]
 
 _context = None
+_start_lock = threading.Lock()
 _python_path = None  # sys.path after its first entry, as a real `python` starts with it
 
 
@@ -113,7 +114,11 @@ def run(argv, cwd, stdin=None, timeout=300, text=True, file_limit=None):
     process = _server().Process(target=_child, args=(
         list(argv), str(cwd), _python_path, dict(os.environ), str(stdin_path), str(stdout_path),
         str(stderr_path), file_limit))
-    process.start()
+    with _start_lock:
+      process.start()
+      # Process.start polls every started process it knows of: from another thread it could
+      # read this run's exit status before this thread's join does, which would then get 255
+      multiprocessing.process._children.discard(process)
     process.join(timeout)
     if process.exitcode is None:
       process.kill()

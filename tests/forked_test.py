@@ -1,5 +1,6 @@
 """tests/forked.py: a run forked from the server is what a real `python` run gives."""
 
+import concurrent.futures
 import signal
 import subprocess
 import sys
@@ -71,3 +72,13 @@ def test_the_file_size_limit_and_the_timeout_hold(tmp_path):
   assert run.returncode == 1 and run.stderr.strip().endswith(b"File too large"), run.stderr
   with pytest.raises(subprocess.TimeoutExpired):
     forked.run(["-c", "import time; time.sleep(30)"], tmp_path, timeout=1)
+
+
+def test_runs_started_from_several_threads_each_get_their_own_exit_code():
+  """Process.start polls the other started processes; from another thread that poll would read
+  a run's exit status before its own join does, which then reads nothing (exit code 255)."""
+  codes = [3 + n % 100 for n in range(300)]
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    runs = list(pool.map(lambda code: forked.run(["-c", f"import sys; sys.exit({code})"],
+                                                 testutil.ROOT), codes))
+  assert [run.returncode for run in runs] == codes

@@ -219,7 +219,8 @@ def test_hyper_parameters_reach_the_hparams_plugin(tmp_path):
   are the session's metrics when TensorBoard's --logdir is the parent folder)."""
   from tensorboard.plugins.hparams import plugin_data_pb2
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
-  build_trainer(tmp_path, tmp_path / "run_a", "--train_steps=1", "--d_model=32").train()
+  build_trainer(tmp_path, tmp_path / "run_a", "--train_steps=1", "--d_model=32",
+                "--dev_prefix=").train()
   [path] = (tmp_path / "run_a").glob("events.*")
   [content] = [value.metadata.plugin_data.content
                for event in tf.compat.v1.train.summary_iterator(str(path))
@@ -254,7 +255,7 @@ def test_moving_average_of_the_weights(tmp_path):
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
   decay, steps, folder = 0.7, 4, str(tmp_path / "model")
   run = build_trainer(tmp_path, tmp_path / "model", f"--train_steps={steps}", "--save_every=1",
-                      f"--keep_checkpoints={steps}", "--eval_every=100", f"--ema_decay={decay}")
+                      f"--keep_checkpoints={steps}", "--dev_prefix=", f"--ema_decay={decay}")
   run.train()
 
   def weights(checkpoint):

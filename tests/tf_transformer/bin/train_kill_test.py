@@ -9,7 +9,7 @@ import pytest
 from tests import testutil
 from tests.tf_transformer.bin.train_test import final_weights, write_corpus
 
-STEPS, EVERY = 12, 4  # saves and dev evaluations at steps 4, 8 and 12
+STEPS, EVERY = 8, 4  # saves and dev evaluations at steps 4 and 8
 
 # runs the train CLI with a hook that SIGKILLs the process at one moment
 _KILLED_RUN = """
