@@ -3,7 +3,6 @@ naming the flag, file, line or input, no traceback, and no partial output file."
 
 import concurrent.futures
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -218,8 +217,8 @@ ROWS = {
 }
 
 
-# rows run in a real `python`, start-up included; the others in a process forked with TensorFlow
-# loaded (tests/forked.py)
+# rows run in a real `python`, start-up included (none with a file limit); the others in a
+# process forked with TensorFlow loaded (tests/forked.py)
 FRESH = {"line counts differ", "unknown flag", "model dir missing", "non-UTF-8 stdin"}
 
 
@@ -240,12 +239,8 @@ def _run(name, corpus, model_dir, folder):
   before = _files(data, model)
   argv = ["-m", *(fill(part) for part in case.command)]
   if name in FRESH:
-    limit = case.file_limit
-    result = subprocess.run(
-        [sys.executable, *argv], cwd=testutil.ROOT, input=case.stdin, capture_output=True,
-        timeout=300,
-        preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))) if limit
-        else None)
+    result = subprocess.run([sys.executable, *argv], cwd=testutil.ROOT, input=case.stdin,
+                            capture_output=True, timeout=300)
   else:
     result = forked.run(argv, testutil.ROOT, stdin=case.stdin, text=False,
                         file_limit=case.file_limit)

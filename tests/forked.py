@@ -43,9 +43,14 @@ def _server():
   return _context
 
 
-def _text_stream(fd, mode, errors):
-  return io.TextIOWrapper(io.FileIO(fd, mode, closefd=False), encoding="utf-8", errors=errors,
-                          line_buffering=False, write_through=mode == "w" and fd == 2)
+def _stream_like(fd, mode, like):
+  """A text stream on `fd` set up as this interpreter set up `like` (sys.__stdout__ or
+  sys.__stderr__) at its start, as a new `python` would: encoding, errors and buffering."""
+  raw = io.FileIO(fd, mode, closefd=False)
+  if not isinstance(like.buffer, io.FileIO):  # buffered, unless the interpreter runs unbuffered
+    raw = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+  return io.TextIOWrapper(raw, encoding=like.encoding, errors=like.errors,
+                          line_buffering=like.line_buffering, write_through=like.write_through)
 
 
 def _exit_code(code) -> int:
@@ -69,9 +74,9 @@ def _child(argv, cwd, python_path, environment, stdin_path, stdout_path, stderr_
     fd = os.open(path, flags)
     os.dup2(fd, target)
     os.close(fd)
-  sys.stdin = _text_stream(0, "r", "strict")
-  sys.stdout = _text_stream(1, "w", "strict")
-  sys.stderr = _text_stream(2, "w", "backslashreplace")
+  sys.stdin = _stream_like(0, "r", sys.__stdin__)
+  sys.stdout = _stream_like(1, "w", sys.__stdout__)
+  sys.stderr = _stream_like(2, "w", sys.__stderr__)
   os.chdir(cwd)
   os.environ.clear()
   os.environ.update(environment)

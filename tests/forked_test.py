@@ -13,6 +13,8 @@ _SNIPPET = r"""
 import atexit, os, sys, threading, time
 print("argv", sys.argv[1:], "name", __name__, "path0", sys.path[0])
 print("cwd", os.getcwd(), "env", os.environ.get("FORKED_TEST"))
+print("streams", [(s.encoding, s.errors, s.line_buffering, s.write_through)
+                  for s in (sys.stdin, sys.stdout, sys.stderr)])
 print("stdin", sys.stdin.read().splitlines())
 print("to stderr", file=sys.stderr)
 os.write(2, b"raw stderr\n")
