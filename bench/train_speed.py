@@ -39,16 +39,19 @@ FLAGS = flags.FLAGS
 def _synthetic_pairs(num_pairs, vocab_size, rng):
   import numpy as np
   import tensorflow as tf
-  from data_pipeline.token_ids import EOS_ID
+  from data_pipeline.token_ids import EOS_ID, PAD_ID
 
   def side():
     lengths = rng.integers(FLAGS.min_len, FLAGS.max_len + 1, num_pairs)
     ids = rng.integers(EOS_ID + 1, vocab_size, int(lengths.sum())).astype("int32")
     ids[np.cumsum(lengths) - 1] = EOS_ID
-    return tf.RaggedTensor.from_row_lengths(ids, lengths)
+    rows = tf.RaggedTensor.from_row_lengths(ids, lengths)
+    return rows.to_tensor(PAD_ID, shape=[num_pairs, FLAGS.max_len]), lengths.astype("int32")
 
-  return tf.data.Dataset.from_tensor_slices((side(), side())).map(
-      lambda s, t: (tf.identity(s), tf.identity(t)))
+  (source, source_lengths), (target, target_lengths) = side(), side()
+  # the rows of pipeline.tokenize_pairs: one width, and the longer side's length
+  return tf.data.Dataset.from_tensor_slices(
+      (source, target, np.maximum(source_lengths, target_lengths)))
 
 
 def _batches(pairs, batch_tokens):

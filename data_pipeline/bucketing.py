@@ -13,7 +13,6 @@ import math
 
 import tensorflow as tf
 
-from data_pipeline.token_ids import PAD_ID
 
 
 def bucket_boundaries(max_length: int, min_boundary: int = 8, growth: float = 0.1) -> list[int]:
@@ -35,36 +34,31 @@ def bucket_batch_sizes(boundaries: list[int], batch_tokens: int) -> list[int]:
   return [max(1, batch_tokens // boundary) for boundary in boundaries]
 
 
-def example_length(example) -> tf.Tensor:
-  """The bucketing length of a (source_ids, target_ids) pair: the longer side."""
-  source_ids, target_ids = example
-  return tf.maximum(tf.size(source_ids), tf.size(target_ids))
-
-
-def bucket_by_length(max_length: int, batch_tokens: int):
-  """Groups (source_ids [S], target_ids [T]) pairs into padded batches.
+def bucket_by_length(width: int, batch_tokens: int):
+  """Groups (source_ids [width], target_ids [width], length []) pairs into batches cut to
+  their bucket's boundary.
 
   Args:
-    max_length: the longest side any example has (longer ones must be filtered before).
+    width: the rows' width, and the longest `length` any example has (longer ones must be
+      filtered before); rows are PAD_ID-padded from `length` on.
     batch_tokens: upper bound of batch * padded length, per side.
 
   Returns:
     A function Dataset -> Dataset of (source_ids [batch, L], target_ids [batch, L]) int32,
     PAD_ID-padded, with L the bucket boundary.
   """
-  boundaries = bucket_boundaries(max_length)
+  boundaries = bucket_boundaries(width)
   sizes = bucket_batch_sizes(boundaries, batch_tokens)
   boundaries_t = tf.constant(boundaries, tf.int32)
   sizes_t = tf.constant(sizes, tf.int64)
 
-  def key(source_ids, target_ids):
-    length = example_length((source_ids, target_ids))
+  def key(source_ids, target_ids, length):
     return tf.cast(tf.searchsorted(boundaries_t, [length], side="left")[0], tf.int64)
 
   def batch_bucket(bucket, window):
     length = boundaries_t[bucket]
-    return window.padded_batch(sizes_t[bucket], padded_shapes=([length], [length]),
-                               padding_values=(PAD_ID, PAD_ID))
+    return window.batch(sizes_t[bucket]).map(
+        lambda source, target, _: (source[:, :length], target[:, :length]))
 
   def apply(dataset):
     return dataset.group_by_window(key, batch_bucket,

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from data_pipeline import bucketing
-from data_pipeline.token_ids import EOS_ID, decoder_inputs
+from data_pipeline.token_ids import EOS_ID, PAD_ID, decoder_inputs
 from data_pipeline.tokenizer import Vocabulary
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -49,17 +49,17 @@ def drop_empty_pairs(pairs: tf.data.Dataset) -> tf.data.Dataset:
 # ---------------------------------------------------------------- tokenization
 
 
-def _as_dense(source_ids, target_ids):
-  return tf.identity(source_ids), tf.identity(target_ids)
-
-
 def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
-  """Dataset of string pairs -> (source_ids [S], target_ids [T]) int32 with EOS appended.
+  """Dataset of string pairs -> (source_ids [W], target_ids [W], length []) int32, with
+  W = max_length + 1.
 
-  Pairs with a side over `max_length` subword tokens (before EOS) are dropped. Tokenizing and
-  dropping work on blocks of pairs: per-pair function calls would cost more than the work.
+  Each side gets EOS appended and PAD_ID up to W; `length` is the longer side with its EOS.
+  Pairs with a side over `max_length` subword tokens (before EOS) are dropped. Tokenizing,
+  dropping and padding work on blocks of pairs, and the rows keep one width so that unbatching
+  them costs no per-pair function call (bucketing cuts each batch to its bucket's length).
   """
   eos = tf.constant([[EOS_ID]], tf.int32)
+  width = max_length + 1
 
   def tokenize_block(source, target):
     source_ids = vocabulary.source.tokenize(source)  # -> ragged [n, None]
@@ -70,14 +70,16 @@ def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
     target_ids = tf.ragged.boolean_mask(target_ids, fits)
     rows = tf.shape(source_ids.row_lengths())
     eos_column = tf.RaggedTensor.from_tensor(tf.tile(eos, tf.concat([rows, [1]], 0)))
-    return (tf.concat([source_ids, eos_column], axis=1),
-            tf.concat([target_ids, eos_column], axis=1))
+    source_ids = tf.concat([source_ids, eos_column], axis=1)
+    target_ids = tf.concat([target_ids, eos_column], axis=1)
+    length = tf.cast(tf.maximum(source_ids.row_lengths(), target_ids.row_lengths()), tf.int32)
+    return (source_ids.to_tensor(PAD_ID, shape=[None, width]),
+            target_ids.to_tensor(PAD_ID, shape=[None, width]), length)
 
   def apply(dataset):
     return (dataset.batch(_TOKENIZE_BATCH)
             .map(tokenize_block, num_parallel_calls=AUTOTUNE)
-            .unbatch()
-            .map(_as_dense))  # unbatched ragged rows are rank-0 ragged specs; make them tensors
+            .unbatch())
 
   return apply
 
@@ -118,8 +120,14 @@ def eval_batches(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int
 
 
 def count_examples(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int):
-  """(pairs kept, pairs over max_length) in one tokenizing pass over `pairs`."""
-  kept = pairs.apply(tokenize_pairs(vocabulary, max_length)).reduce(
-      tf.constant(0, tf.int64), lambda count, _: count + 1)
-  total = pairs.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+  """(pairs kept, pairs over max_length) in one tokenizing pass over `pairs`, counted a block
+  of pairs at a time (no per-pair element: the pass is over the whole training corpus)."""
+  def count_block(source, target):
+    fits = tf.logical_and(vocabulary.source.tokenize(source).row_lengths() <= max_length,
+                          vocabulary.target.tokenize(target).row_lengths() <= max_length)
+    return tf.stack([tf.reduce_sum(tf.cast(fits, tf.int64)), tf.size(fits, tf.int64)])
+
+  kept, total = (pairs.batch(_TOKENIZE_BATCH)
+                 .map(count_block, num_parallel_calls=AUTOTUNE)
+                 .reduce(tf.zeros([2], tf.int64), lambda sums, block: sums + block)).numpy()
   return int(kept), int(total - kept)

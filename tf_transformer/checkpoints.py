@@ -104,8 +104,14 @@ def _latest_training_checkpoint(model_dir: str) -> str:
   return path
 
 
+class IteratorStateError(ModelDirError):
+  """A checkpoint's input-pipeline position that this pipeline cannot read (saved by another
+  version of it); everything else in the checkpoint may still restore."""
+
+
 def restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False):
-  """Restores `path` into `checkpoint`, or raises ModelDirError naming it.
+  """Restores `path` into `checkpoint`, or raises ModelDirError naming it (IteratorStateError
+  when only the saved iterator does not fit).
 
   Args:
     partial: allow the checkpoint to hold more than `checkpoint` tracks (e.g. the optimizer).
@@ -117,8 +123,9 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False):
     status.assert_existing_objects_matched()
   except (tf.errors.OpError, ValueError, AssertionError, IndexError) as e:
     reason = str(e).strip().splitlines()[0][:200]
-    raise ModelDirError(f"{path}: cannot restore this checkpoint ({reason}); delete it to "
-                        "resume from an earlier one, or use another --model_dir") from None
+    error = IteratorStateError if "DeserializeIterator" in str(e) else ModelDirError
+    raise error(f"{path}: cannot restore this checkpoint ({reason}); delete it to resume from "
+                "an earlier one, or use another --model_dir") from None
 
 
 def save(manager: tf.train.CheckpointManager, step: int) -> str:

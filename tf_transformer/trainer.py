@@ -309,6 +309,28 @@ def create_model(model_config, train_config, strategy):
   return model, optimizer
 
 
+def _resume(parts: dict, path: str, new_iterator: Callable[[], Iterator]):
+  """Restores the training checkpoint `path` into a tf.train.Checkpoint of `parts`.
+
+  A checkpoint whose input-pipeline position was saved by another version of the pipeline
+  resumes all the rest, with `new_iterator()` (the failed restore leaves the old one unusable).
+
+  Returns:
+    The checkpoint, whose "iterator" is the one to train with.
+  """
+  checkpoint = tf.train.Checkpoint(**parts)
+  try:
+    checkpoints.restore(checkpoint, path)
+    return checkpoint
+  except checkpoints.IteratorStateError:
+    rest = {name: part for name, part in parts.items() if name != "iterator"}
+    checkpoints.restore(tf.train.Checkpoint(**rest), path, partial=True)
+    logging.warning("%s: its input-pipeline position is from another version of the pipeline; "
+                    "resuming its weights and optimizer with a new pass over the data (the "
+                    "run will not repeat an uninterrupted one exactly)", path)
+    return tf.train.Checkpoint(**rest, iterator=new_iterator())
+
+
 def create_trainer(data, model_config, train_config, decode_config,
                    strategy: tf.distribute.Strategy, start=None) -> Trainer:
   """Assembles a run: model, optimizer, this worker's data, checkpoints, evaluator, writers;
@@ -338,13 +360,24 @@ def create_trainer(data, model_config, train_config, decode_config,
   with strategy.scope():
     evaluator = Evaluator(model, data, c, decode_config, os.path.join(write_dir, "best"),
                           writers["eval"])
-  iterator = iter(data.train_batches(c.seed, num_workers, worker_index))
+  new_iterator = lambda: iter(data.train_batches(c.seed, num_workers, worker_index))
   # Keras keeps dropout RNG states outside the model's weights; saving them makes a resumed
   # run draw the same dropout masks as an uninterrupted one
   weight_ids = {id(w) for w in model.weights}
   dropout_states = [v for v in model.variables if id(v) not in weight_ids]
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, iterator=iterator,
-                                   dropout_states=dropout_states, **evaluator.state)
+  parts = dict(model=model, optimizer=optimizer, iterator=new_iterator(),
+               dropout_states=dropout_states, **evaluator.state)
+  # every worker resumes from the chief's checkpoint (model_dir is on a shared file system)
+  latest = checkpoints.latest_checkpoint(c.model_dir)
+  if latest:
+    checkpoint = _resume(parts, latest, new_iterator)
+    logging.info("resumed from %s at step %d", latest, int(optimizer.iterations.numpy()))
+  else:
+    checkpoint = tf.train.Checkpoint(**parts)
+    if start is not None:
+      fine_tuning.load_weights(model, start)
+      logging.info("starting from the weights of %s (step %d of %s), with a new optimizer",
+                   start.checkpoint, start.step, start.init_from)
   manager = tf.train.CheckpointManager(checkpoint, write_dir, c.keep_checkpoints,
                                        checkpoint_name="ckpt")
   ema_manager = None
@@ -352,16 +385,7 @@ def create_trainer(data, model_config, train_config, decode_config,
     ema_manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=model), os.path.join(write_dir, checkpoints.EMA_DIR), 1,
         checkpoint_name="ckpt")
-  # every worker resumes from the chief's checkpoint (model_dir is on a shared file system)
-  latest = checkpoints.latest_checkpoint(c.model_dir)
-  if latest:
-    checkpoints.restore(checkpoint, latest)
-    logging.info("resumed from %s at step %d", latest, int(optimizer.iterations.numpy()))
-  elif start is not None:
-    fine_tuning.load_weights(model, start)
-    logging.info("starting from the weights of %s (step %d of %s), with a new optimizer",
-                 start.checkpoint, start.step, start.init_from)
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
                                c.jit_compile, c.clip_norm)
-  return Trainer(model, optimizer, train_step, iterator, manager, evaluator, writers["train"], c,
-                 write_dir, is_chief, ema_manager)
+  return Trainer(model, optimizer, train_step, checkpoint.iterator, manager, evaluator,
+                 writers["train"], c, write_dir, is_chief, ema_manager)

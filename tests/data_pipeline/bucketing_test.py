@@ -47,13 +47,6 @@ def test_bucket_batch_sizes():
   assert bucketing.bucket_batch_sizes([8, 100], 50) == [6, 1]  # at least 1
 
 
-def test_example_length():
-  length = bucketing.example_length((tf.constant([5, 6, 7]), tf.constant([5, 6, 7, 8, 9])))
-  assert int(length) == 5
-  length = bucketing.example_length((tf.constant([5, 6, 7]), tf.constant([5], tf.int32)))
-  assert int(length) == 3
-
-
 # ---------------------------------------------------------------- bucket_by_length
 
 
@@ -70,13 +63,17 @@ def _random_pairs(num, max_length, seed):
   return pairs
 
 
-def _dataset(pairs):
+def _dataset(pairs, width):
+  """(source [width], target [width], length) rows as pipeline.tokenize_pairs makes them."""
   def gen():
     for source, target in pairs:
-      yield np.array(source, np.int32), np.array(target, np.int32)
+      rows = np.zeros([2, width], np.int32) + PAD_ID
+      rows[0, :len(source)], rows[1, :len(target)] = source, target
+      yield rows[0], rows[1], np.int32(max(len(source), len(target)))
 
   return tf.data.Dataset.from_generator(
-      gen, output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32)))
+      gen, output_signature=(tf.TensorSpec([width], tf.int32), tf.TensorSpec([width], tf.int32),
+                             tf.TensorSpec([], tf.int32)))
 
 
 @pytest.mark.parametrize("max_length,batch_tokens", [(50, 400), (100, 1000), (17, 64),
@@ -86,7 +83,8 @@ def test_bucketing_one_epoch(max_length, batch_tokens):
   pairs = _random_pairs(500, max_length, seed=max_length)
   boundaries = bucketing.bucket_boundaries(max_length)
   sizes = dict(zip(boundaries, bucketing.bucket_batch_sizes(boundaries, batch_tokens)))
-  batches = list(_dataset(pairs).apply(bucketing.bucket_by_length(max_length, batch_tokens))
+  batches = list(_dataset(pairs, max_length)
+                 .apply(bucketing.bucket_by_length(max_length, batch_tokens))
                  .as_numpy_iterator())
 
   seen = collections.Counter()
@@ -118,7 +116,7 @@ def test_bucketing_one_epoch(max_length, batch_tokens):
 
 def test_bucketing_padding_values_and_order_within_bucket():
   pairs = [([5, 6], [7]), ([8], [9, 10, 11]), ([12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [22])]
-  batches = list(_dataset(pairs).apply(bucketing.bucket_by_length(12, 100))
+  batches = list(_dataset(pairs, 12).apply(bucketing.bucket_by_length(12, 100))
                  .as_numpy_iterator())
   assert len(batches) == 2
   by_length = {s.shape[1]: (s, t) for s, t in batches}
@@ -134,14 +132,15 @@ def test_bucketing_padding_values_and_order_within_bucket():
 def test_bucketing_full_windows_emitted_in_stream():
   # 8 examples of length 1 with batch_tokens 32 -> batches of 4 at boundary 8.
   pairs = [([i + 4], [i + 4]) for i in range(8)]
-  batches = list(_dataset(pairs).apply(bucketing.bucket_by_length(8, 32)).as_numpy_iterator())
+  batches = list(_dataset(pairs, 8).apply(bucketing.bucket_by_length(8, 32))
+                 .as_numpy_iterator())
   assert [s.shape for s, _ in batches] == [(4, 8), (4, 8)]
   assert [int(s[0, 0]) for s, _ in batches] == [4, 8]
 
 
 def test_bucketing_example_at_max_length():
   pairs = [(list(range(4, 4 + 13)), [5])]
-  batches = list(_dataset(pairs).apply(bucketing.bucket_by_length(13, 100))
+  batches = list(_dataset(pairs, 13).apply(bucketing.bucket_by_length(13, 100))
                  .as_numpy_iterator())
   assert len(batches) == 1
   assert batches[0][0].shape == (1, 13)

@@ -75,13 +75,17 @@ def test_tokenize_pairs_appends_eos_and_filters(vocabulary):
   assert 0 < len(expected) < len(pairs)
 
   dataset = _pairs_dataset(pairs).apply(pipeline.tokenize_pairs(vocabulary, max_length))
-  assert dataset.element_spec == (tf.TensorSpec([None], tf.int32),
-                                  tf.TensorSpec([None], tf.int32))
-  got = [(s.tolist(), t.tolist()) for s, t in dataset.as_numpy_iterator()]
+  width = max_length + 1
+  assert dataset.element_spec == (tf.TensorSpec([width], tf.int32),
+                                  tf.TensorSpec([width], tf.int32), tf.TensorSpec([], tf.int32))
+  got = []
+  for source, target, length in dataset.as_numpy_iterator():
+    # each side is its ids and EOS, then PAD_ID to the width; length is the longer side's
+    unpadded = testutil.strip_padding(source, PAD_ID), testutil.strip_padding(target, PAD_ID)
+    assert PAD_ID not in unpadded[0] and PAD_ID not in unpadded[1]
+    assert length == max(map(len, unpadded))
+    got.append(tuple(map(list, unpadded)))
   assert got == expected  # in order
-  for s, t in got:
-    assert len(s) <= max_length + 1 and len(t) <= max_length + 1
-    assert PAD_ID not in s and PAD_ID not in t
 
 
 def test_tokenize_pairs_boundary(vocabulary):
@@ -91,7 +95,7 @@ def test_tokenize_pairs_boundary(vocabulary):
   dataset = _pairs_dataset([(text, short), (short, text), (short, short)])
   kept = list(dataset.apply(pipeline.tokenize_pairs(vocabulary, n)).as_numpy_iterator())
   assert len(kept) == 3
-  assert len(kept[0][0]) == n + 1 and kept[0][0][-1] == EOS_ID
+  assert kept[0][0][-1] == EOS_ID and kept[0][2] == n + 1  # a full row: no padding at all
   kept = list(dataset.apply(pipeline.tokenize_pairs(vocabulary, n - 1)).as_numpy_iterator())
   assert len(kept) == 1  # either side over the limit drops the pair
 

@@ -135,6 +135,42 @@ def test_corrupt_checkpoint_is_one_line_error(tmp_path):
   assert last.endswith("delete it to resume from an earlier one, or use another --model_dir")
 
 
+# runs the train CLI with one more stage in the input pipeline, as another version of it has
+_OTHER_PIPELINE_RUN = """
+import sys
+from absl import app
+from data_pipeline import pipeline
+from tf_transformer.bin import train
+
+tokenize_pairs = pipeline.tokenize_pairs
+pipeline.tokenize_pairs = lambda *args: lambda pairs: tokenize_pairs(*args)(pairs).prefetch(2)
+sys.argv = ["train", *sys.argv[1:]]
+app.run(train.main)
+"""
+
+
+def test_a_checkpoint_of_another_pipeline_version_resumes_with_new_data_order(tmp_path):
+  write_corpus(tmp_path)
+  first = testutil.run_python(_OTHER_PIPELINE_RUN, *train_args(
+      tmp_path, tmp_path / "model", "--train_steps=30", "--save_every=10"))
+  assert first.returncode == 0, first.stderr
+  result = train(tmp_path, tmp_path / "model", "--train_steps=31")
+  assert result.returncode == 0, result.stderr
+  checkpoint = tmp_path / "model" / "ckpt-30"
+  assert (f"{checkpoint}: its input-pipeline position is from another version of the pipeline; "
+          "resuming its weights and optimizer with a new pass over the data") in result.stderr
+  assert f"resumed from {checkpoint} at step 30" in result.stderr
+
+  def weights(step):
+    model_dir = str(tmp_path / "model")
+    model = inference.load_for_inference(model_dir, "src", "tgt", f"{model_dir}/ckpt-{step}")[0]
+    return np.concatenate([w.numpy().ravel() for w in model.weights])
+
+  # step 31 went on from step 30's weights: it moved them far less than steps 21-30 did
+  step_31, steps_21_to_30 = weights(31) - weights(30), weights(30) - weights(20)
+  assert 0 < np.linalg.norm(step_31) < 0.5 * np.linalg.norm(steps_21_to_30)
+
+
 def test_mirrored_on_two_logical_cpus(tmp_path):
   write_corpus(tmp_path)
   result = train(tmp_path, tmp_path / "model", "--train_steps=3", "--distribution=mirrored",
