@@ -18,6 +18,22 @@ from tf_transformer.config import ModelConfig  # noqa: E402
 from tf_transformer.model import build_model  # noqa: E402
 
 
+# The modules that take longest, longest first (`--durations=0`, 2026-11-26): pytest-xdist
+# (`--dist loadscope --no-loadscope-reorder`) hands out modules in collection order, so these
+# start first and the two workers end together rather than one waiting on a long module.
+_LONGEST_FIRST = ("tf_transformer/trainer_test.py", "export/saved_model_test.py",
+                  "tf_transformer/bin/train_test.py", "tf_transformer/translator_test.py",
+                  "tf_transformer/bin/train_kill_test.py", "export/ctranslate2_test.py",
+                  "tf_transformer/fine_tuning_test.py", "tf_transformer/train_step_test.py",
+                  "data_pipeline/pipeline_test.py", "tf_transformer/bin/translate_test.py",
+                  "tensorboard_check_test.py", "tf_transformer/decoding_test.py")
+
+
+def pytest_collection_modifyitems(items):
+  rank = {f"tests/{path}": index for index, path in enumerate(_LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
   """A model directory (config.json, spm.joint.model, ckpt-1) of a random 1-layer model."""
