@@ -14,7 +14,6 @@ import math
 import tensorflow as tf
 
 
-
 def bucket_boundaries(max_length: int, min_boundary: int = 8, growth: float = 0.1) -> list[int]:
   """Increasing boundaries from `min_boundary` up to the first one >= max_length.
 
