@@ -49,6 +49,16 @@ def drop_empty_pairs(pairs: tf.data.Dataset) -> tf.data.Dataset:
 # ---------------------------------------------------------------- tokenization
 
 
+def _tokenize_block(vocabulary: Vocabulary, max_length: int, source, target):
+  """A block of n string pairs -> (source_ids, target_ids) ragged int32 [n, None] and `fits`
+  bool [n]: whether neither side is over `max_length` subword tokens."""
+  source_ids = vocabulary.source.tokenize(source)
+  target_ids = vocabulary.target.tokenize(target)
+  fits = tf.logical_and(source_ids.row_lengths() <= max_length,
+                        target_ids.row_lengths() <= max_length)
+  return source_ids, target_ids, fits
+
+
 def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
   """Dataset of string pairs -> (source_ids [W], target_ids [W], length []) int32, with
   W = max_length + 1.
@@ -62,10 +72,7 @@ def tokenize_pairs(vocabulary: Vocabulary, max_length: int):
   width = max_length + 1
 
   def tokenize_block(source, target):
-    source_ids = vocabulary.source.tokenize(source)  # -> ragged [n, None]
-    target_ids = vocabulary.target.tokenize(target)
-    fits = tf.logical_and(source_ids.row_lengths() <= max_length,
-                          target_ids.row_lengths() <= max_length)
+    source_ids, target_ids, fits = _tokenize_block(vocabulary, max_length, source, target)
     source_ids = tf.ragged.boolean_mask(source_ids, fits)
     target_ids = tf.ragged.boolean_mask(target_ids, fits)
     rows = tf.shape(source_ids.row_lengths())
@@ -123,8 +130,7 @@ def count_examples(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: i
   """(pairs kept, pairs over max_length) in one tokenizing pass over `pairs`, counted a block
   of pairs at a time (no per-pair element: the pass is over the whole training corpus)."""
   def count_block(source, target):
-    fits = tf.logical_and(vocabulary.source.tokenize(source).row_lengths() <= max_length,
-                          vocabulary.target.tokenize(target).row_lengths() <= max_length)
+    fits = _tokenize_block(vocabulary, max_length, source, target)[2]
     return tf.stack([tf.reduce_sum(tf.cast(fits, tf.int64)), tf.size(fits, tf.int64)])
 
   kept, total = (pairs.batch(_TOKENIZE_BATCH)
