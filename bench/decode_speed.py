@@ -15,9 +15,9 @@ length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in -
     --shortlist_size target pieces (1024 by default here), its lexicon of
     --shortlist_per_source candidates counted over random id pairs of the bench's lengths, so
     a request's shortlist holds lexical candidates as a real one does);
-  - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, 2 threads, on
-    the same subword pieces: CTranslate2 on exactly our weights ("ct2_int8": its int8
-    compute type, the weights quantised when loaded).
+  - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, on
+    --ct2_threads threads, on the same subword pieces: CTranslate2 on exactly our weights
+    ("ct2_int8": its int8 compute type, the weights quantised when loaded).
 --batch_size=1 times one sentence per request, the serving case.
 One untimed pass first, then --repeats timed passes. The last line is one JSON object with
 sentences/s and target tokens/s per (path, beam).
@@ -48,6 +48,8 @@ flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
+flags.DEFINE_integer("ct2_threads", 2, "CTranslate2's intra_threads (one sentence per request, "
+                     "its int8 is faster on 1 on some CPUs: docs/speed.md).", lower_bound=1)
 FLAGS = flags.FLAGS
 
 
@@ -144,8 +146,9 @@ def main(argv):
       folder = os.path.join(FLAGS.workdir, "ct2")
       if not os.path.isdir(folder):
         ct2_export.save(model, vocabulary, folder)
-      ct2_translators[path] = ctranslate2.Translator(folder, device="cpu", inter_threads=1,
-                                                     intra_threads=2, compute_type=compute_type)
+      ct2_translators[path] = ctranslate2.Translator(
+          folder, device="cpu", inter_threads=1, intra_threads=FLAGS.ct2_threads,
+          compute_type=compute_type)
 
   def model_in(precision):
     """`model`, or a copy of it converted to `precision` (the conversion is in place)."""

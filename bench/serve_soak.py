@@ -4,20 +4,20 @@ sentence per request, beside CTranslate2 serving the same weights (a benchmark).
     # a trained model on real sentences, 1, 4 and 8 clients, the SavedModel then CTranslate2:
     python -m bench.serve_soak --flagfile=flags/multi30k_en_de.cfg \\
         --model_dir=models/multi30k_en_de --sentences=../shared/data/multi30k/val.en.gz \\
-        --clients=1,4,8 --minutes=1 --ct2=float32,int8 [--precision=int8]
+        --clients=1,4,8 --minutes=1 --ct2=float32,int8 [--precision=int8] [--shortlist_size=1024]
     # a random model (every output runs to the length limit, the heaviest case), 10 minutes:
     python -m bench.serve_soak --flagfile=flags/small.cfg --clients=8 --minutes=10
 
 With --model_dir, its --checkpoint is exported as tf_transformer.bin.export_saved_model does
-it (XLA-compiled beam search, --beam_size, --extra_decode_length, --precision), and with --ct2
-also as tf_transformer.bin.export_ctranslate2 does it, loaded in each of those compute types
-(its SentencePiece model applied in Python, as a CTranslate2 server does). Without it, a
-randomly initialised model of the preset's dims is exported. Requests are the lines of
---sentences (random words without it, 5% of them empty). For each number of --clients, the
-clients send requests for --minutes to the SavedModel, then to each CTranslate2 translator
-(inter_threads = min(clients, cores), the cores shared between them). Prints requests/s and
-p50/p99 latency per (system, clients), and the process RSS of the SavedModel runs; the last
-line is JSON.
+it (XLA-compiled beam search, --beam_size, --extra_decode_length, --precision,
+--shortlist_size), and with --ct2 also as tf_transformer.bin.export_ctranslate2 does it, loaded
+in each of those compute types (its SentencePiece model applied in Python, as a CTranslate2
+server does). Without it, a randomly initialised model of the preset's dims is exported.
+Requests are the lines of --sentences (random words without it, 5% of them empty). For each
+number of --clients, the clients send requests for --minutes to the SavedModel, then to each
+CTranslate2 translator (inter_threads = min(clients, cores), one thread each: the faster
+setting of CTranslate2's int8 at one sentence per call). Prints requests/s and p50/p99 latency
+per (system, clients), and the process RSS of the SavedModel runs; the last line is JSON.
 """
 
 import json
@@ -78,8 +78,10 @@ def _trained_export():
   export_dir = os.path.join(FLAGS.workdir, "soak_trained_export")
   shutil.rmtree(export_dir, ignore_errors=True)
   decode_config = dataclasses.replace(config.decode_config_from_flags(), decode_jit=True)
+  data_config = config.data_config_from_flags() if FLAGS.shortlist_size else None
   return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir,
-                        decode_config, FLAGS.checkpoint, FLAGS.precision)
+                        decode_config, FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
+                        FLAGS.shortlist_per_source, data_config)
 
 
 def _ct2_translate_fns(clients: int):
@@ -98,12 +100,13 @@ def _ct2_translate_fns(clients: int):
   target = next((m for m in models if m in ("spm.joint.model", f"spm.{FLAGS.tgt_lang}.model")))
   source = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, source))
   target = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, target))
-  cores = os.cpu_count() or 1
-  inter = max(1, min(clients, cores))
+  # one thread per translation: at one sentence per call, CTranslate2's int8 (its fastest
+  # compute type there) runs 9x faster on one thread than on two (docs/speed.md)
+  inter = max(1, min(clients, os.cpu_count() or 1))
   fns = {}
   for compute_type in FLAGS.ct2:
     translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
-                                        inter_threads=inter, intra_threads=max(1, cores // inter))
+                                        inter_threads=inter, intra_threads=1)
 
     def translate(text, translator=translator):
       pieces = source.encode(text, out_type=str)[:FLAGS.max_length]
@@ -187,7 +190,9 @@ def main(argv):
 
   report = []
   for clients in (int(c) for c in FLAGS.clients):
-    systems = {f"saved_model_{FLAGS.precision}": saved_model}
+    name = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
+                                                   if FLAGS.shortlist_size else "")
+    systems = {name: saved_model}
     if FLAGS.ct2:
       systems.update(_ct2_translate_fns(clients))
     for name, translate in systems.items():
