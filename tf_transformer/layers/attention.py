@@ -68,13 +68,14 @@ class MultiHeadAttention(keras.layers.Layer):
     """query [B, H, T, D] times D**-0.5."""
     return query * tf.cast((self.d_model // self.num_heads)**-0.5, query.dtype)
 
-  def _matmul(self, rows, name, scale_query=False):
-    """rows [R, d_model] @ the weight `name` -> [R, columns], in the compute dtype; its query
-    columns times D**-0.5 with `scale_query`. A low-precision copy of the weight is used when
-    `low_precision.convert` made one."""
+  def _matmul(self, rows, layout, name, scale_query=False):
+    """rows [R, d_model] of `layout` @ the weight `name` -> [R, columns], in the compute
+    dtype; its query columns times D**-0.5 with `scale_query`. A low-precision copy of the
+    weight is used when `low_precision.convert` made one."""
     low = self.low_precision.get(name)
     if low is not None:
-      y = tf.cast(low_precision.matmul(rows, low), self.compute_dtype)
+      y = low_precision.matmul(rows, low, static_rows=not layout.skip_padding)
+      y = tf.cast(y, self.compute_dtype)
       return y * tf.cast(self._query_scale(), y.dtype) if scale_query else y
     kernel = getattr(self, name)
     if scale_query:
@@ -84,7 +85,7 @@ class MultiHeadAttention(keras.layers.Layer):
   def _project(self, rows, layout, name, parts, scale_query=False):
     """rows [R, d_model] of `layout` @ the weight `name` [d_model, parts * d_model] ->
     `parts` tensors [B, H, T, D]."""
-    y = layout.to_padded(self._matmul(rows, name, scale_query))
+    y = layout.to_padded(self._matmul(rows, layout, name, scale_query))
     y = tf.reshape(y, [layout.batch, layout.length, parts, self.num_heads,
                        self.d_model // self.num_heads])
     y = tf.transpose(y, [2, 0, 3, 1, 4])  # -> [parts, B, H, T, D]
@@ -122,7 +123,7 @@ class MultiHeadAttention(keras.layers.Layer):
     if context.shape[2] != 1:  # with one query position (a decoding step) it is a reshape
       context = tf.transpose(context, [0, 2, 1, 3])
     context = layout.to_rows(tf.reshape(context, [layout.batch, layout.length, self.d_model]))
-    return self._matmul(context, "output_kernel")
+    return self._matmul(context, layout, "output_kernel")
 
   def _queries_keys_values(self, query, layout, memory, memory_layout):
     """Projects query rows [R, d_model] and, for cross-attention, memory rows [M, d_model]:

@@ -63,7 +63,8 @@ class DecoderLayer(TransformerLayer):
                                 memory=memory, memory_layout=memory_layout, cache=cross_cache,
                                 training=training)
     x = block(x, y, training=training)
-    y = self.ffn(self.ffn_block.sublayer_input(x), training=training)
+    y = self.ffn(self.ffn_block.sublayer_input(x), training=training,
+                 static_rows=not layout.skip_padding)
     return self.ffn_block(x, y, training=training), self_cache
 
   def cross_attention_weights(self, inputs, memory, self_attention_bias,

@@ -110,7 +110,7 @@ class SharedEmbedding(keras.layers.Layer):
       output_kernel = self.output_kernel()
     rows = tf.reshape(hidden, [-1, self.d_model])
     if isinstance(output_kernel, low_precision.LowPrecisionKernel):
-      logits = output_kernel.matmul(rows)
+      logits = output_kernel.matmul(rows, static_rows=True)  # every position is a row
     else:
       logits = tf.cast(tf.matmul(rows, output_kernel), tf.float32)
     if bias is not None:

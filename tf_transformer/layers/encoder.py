@@ -35,7 +35,8 @@ class EncoderLayer(TransformerLayer):
     y, _ = self.self_attention(self.attention_block.sublayer_input(inputs), bias,
                                layout=layout, training=training)
     x = self.attention_block(inputs, y, training=training)
-    y = self.ffn(self.ffn_block.sublayer_input(x), training=training)
+    y = self.ffn(self.ffn_block.sublayer_input(x), training=training,
+                 static_rows=not layout.skip_padding)
     return self.ffn_block(x, y, training=training)
 
 

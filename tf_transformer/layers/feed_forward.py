@@ -37,13 +37,15 @@ class FeedForward(keras.layers.Layer):
     """The weight matrices by name (see low_precision.convert)."""
     return {"inner": self.inner.kernel, "outer": self.outer.kernel}
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, static_rows=False):
     """inputs: [R, d_model] token rows -> [R, d_model]; `training` enables the dropout after
-    the ReLU."""
+    the ReLU; `static_rows`: R is every position of a padded batch (see
+    low_precision.LowPrecisionKernel.matmul)."""
     if self.low_precision:
       hidden = low_precision.matmul(inputs, self.low_precision["inner"], self.inner.bias,
-                                    relu=True)
-      outputs = low_precision.matmul(hidden, self.low_precision["outer"], self.outer.bias)
+                                    relu=True, static_rows=static_rows)
+      outputs = low_precision.matmul(hidden, self.low_precision["outer"], self.outer.bias,
+                                     static_rows=static_rows)
       return tf.cast(outputs, self.compute_dtype)
     # row_matmul's input gradient is faster on CPU for the first layer's [d_model, d_ff]
     # kernel; the second layer's, taller than wide, gains nothing from it

@@ -65,8 +65,13 @@ class LowPrecisionKernel:
     selected.scale = None if self.scale is None else tf.gather(self.scale, ids, axis=1)
     return selected
 
-  def matmul(self, rows):
+  def matmul(self, rows, static_rows: bool = False):
     """rows float32 [R, d_in] -> float32 [R, d_out], close to rows @ kernel.
+
+    static_rows: R is fixed when XLA compiles the product (every position of a padded batch
+    is a row, as in a decoding step), not a count of real tokens. An odd R then gets a row of
+    zeros: XLA's CPU backend multiplies 2 or more int8 rows in int8, but one row in int32,
+    widening the whole kernel on every call (7 ms a sentence at small dims, greedy).
 
     int8 error per output element: at most about (|row| max * |kernel column| max) * d_in /
     127**2 in the worst case, far less on average (rounding errors of both sides cancel).
@@ -75,14 +80,19 @@ class LowPrecisionKernel:
     if self.precision == "bfloat16":
       return tf.cast(tf.matmul(tf.cast(rows, tf.bfloat16), self.values), tf.float32)
     quantized, row_scale = keras.quantizers.abs_max_quantize(rows, axis=-1)  # [R, d_in], [R, 1]
-    sums = tf.linalg.matmul(quantized, self.values, output_type=tf.int32)
+    if static_rows:
+      count = tf.shape(quantized)[0]
+      even = tf.pad(quantized, [[0, tf.math.floormod(count, 2)], [0, 0]])
+      sums = tf.linalg.matmul(even, self.values, output_type=tf.int32)[:count]
+    else:
+      sums = tf.linalg.matmul(quantized, self.values, output_type=tf.int32)
     return tf.cast(sums, tf.float32) * (self.scale / row_scale)
 
 
-def matmul(rows, kernel, bias=None, relu: bool = False):
+def matmul(rows, kernel, bias=None, relu: bool = False, static_rows: bool = False):
   """max(0, rows @ kernel + bias) (bias and ReLU optional) with a LowPrecisionKernel:
-  float32 [R, d_out]."""
-  outputs = kernel.matmul(rows)
+  float32 [R, d_out]. static_rows: see LowPrecisionKernel.matmul."""
+  outputs = kernel.matmul(rows, static_rows)
   if bias is not None:
     outputs = tf.nn.bias_add(outputs, tf.cast(bias, tf.float32))
   return tf.nn.relu(outputs) if relu else outputs
