@@ -190,9 +190,9 @@ def main(argv):
 
   report = []
   for clients in (int(c) for c in FLAGS.clients):
-    name = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
-                                                   if FLAGS.shortlist_size else "")
-    systems = {name: saved_model}
+    ours = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
+                                               if FLAGS.shortlist_size else "")
+    systems = {ours: saved_model}
     if FLAGS.ct2:
       systems.update(_ct2_translate_fns(clients))
     for name, translate in systems.items():
