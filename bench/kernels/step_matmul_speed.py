@@ -11,6 +11,8 @@ decoding step does with the decoder's weights. Kinds:
     kernel for one row, Eigen's for more);
   - bfloat16: rows and kernel in bfloat16, as the bfloat16 export multiplies;
   - int8: the int8 export's product (layers/low_precision.py): int8 rows and kernel, int32 sums;
+  - int8_by_column: the same int8 product with the kernel stored [N, K] and the rows
+    multiplying it from the right (kernel @ rows^T, transposed back);
   - int8_dequantized: the int8 kernel converted to float32 inside the step, float32 product;
   - multiply_reduce: rows[:, :, None] * kernel summed over K (an XLA loop fusion, no dot);
   - row_blocks: each row a one-row product with each of 8 column blocks of the kernel, the
@@ -36,6 +38,7 @@ _BLOCKS = 8
 
 def _product(kind, rows, kernel):
   """rows float32 [M, K] times the kernel prepared for `kind` -> float32 [M, N]."""
+  import keras
   import tensorflow as tf
 
   from tf_transformer.layers.low_precision import LowPrecisionKernel
@@ -53,6 +56,11 @@ def _product(kind, rows, kernel):
   if kind == "int8_dequantized":
     values, scale = kernel
     return tf.matmul(rows, tf.cast(values, tf.float32)) * scale
+  if kind == "int8_by_column":
+    values, scale = kernel  # int8 [N, K], float32 [1, N]
+    quantized, row_scale = keras.quantizers.abs_max_quantize(rows, axis=-1)
+    sums = tf.linalg.matmul(values, quantized, transpose_b=True, output_type=tf.int32)
+    return tf.cast(tf.transpose(sums), tf.float32) * (scale / row_scale)
   assert isinstance(kernel, LowPrecisionKernel)
   return kernel.matmul(rows)
 
@@ -75,7 +83,8 @@ def _kernels(kind, count, k, n, rng):
       kernels.append(LowPrecisionKernel(w, kind, f"k{index}"))
     else:
       low = LowPrecisionKernel(w, "int8", f"k{index}")
-      kernels.append((low.values, low.scale))
+      values = tf.transpose(low.values) if kind == "int8_by_column" else low.values
+      kernels.append((values, low.scale))
   return kernels
 
 
