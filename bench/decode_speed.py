@@ -48,8 +48,8 @@ flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
-flags.DEFINE_integer("ct2_threads", 2, "CTranslate2's intra_threads (one sentence per request, "
-                     "its int8 is faster on 1 on some CPUs: docs/speed.md).", lower_bound=1)
+flags.DEFINE_integer("ct2_threads", 2, "CTranslate2's intra_threads (its int8 can be faster on "
+                     "1, one sentence per request and in batches: docs/speed.md).", lower_bound=1)
 FLAGS = flags.FLAGS
 
 
