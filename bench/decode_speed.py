@@ -33,7 +33,8 @@ import time
 from absl import app, flags
 
 from bench import op_profile
-from tf_transformer import config  # (defines the model flags)
+from tf_transformer import config
+from tf_transformer.bin import shared_flags  # (defines the model flags)
 from tf_transformer.bin import export_saved_model  # (defines --shortlist_size, 1024 here)
 
 flags.DEFINE_integer("n_sents", 500, "Sentences decoded per pass.")
@@ -124,7 +125,7 @@ def main(argv):
   rng = np.random.default_rng(FLAGS.seed)
   os.makedirs(FLAGS.workdir, exist_ok=True)
   vocabulary = _subword_model(os.path.join(FLAGS.workdir, "spm.model"), FLAGS.vocab_size, rng)
-  model_config = config.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
+  model_config = shared_flags.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
   model = build_model(model_config)
 
   lengths = rng.integers(FLAGS.min_src, FLAGS.max_src + 1, FLAGS.n_sents)

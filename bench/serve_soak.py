@@ -30,7 +30,7 @@ import time
 from absl import app, flags
 
 from bench import decode_speed  # (defines --workdir; its subword model)
-from tf_transformer import config  # (defines the model and decoding flags)
+from tf_transformer.bin import shared_flags  # (defines the model and decoding flags)
 from tf_transformer.bin import export_saved_model  # (defines --precision)
 
 flags.DEFINE_float("minutes", 10.0, "How long to send requests, per system and client count.")
@@ -59,7 +59,7 @@ def _random_export(tf):
   os.makedirs(FLAGS.workdir, exist_ok=True)
   vocabulary = decode_speed._subword_model(os.path.join(FLAGS.workdir, "spm.model"),
                                            FLAGS.vocab_size, rng)
-  model_config = config.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
+  model_config = shared_flags.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
   module = Translator(build_model(model_config), vocabulary, beam_size=FLAGS.beam_size, nbest=1,
                       max_length=FLAGS.max_length, extra_decode_length=FLAGS.extra_decode_length,
                       decode_jit=True, precision=FLAGS.precision)
@@ -77,8 +77,8 @@ def _trained_export():
 
   export_dir = os.path.join(FLAGS.workdir, "soak_trained_export")
   shutil.rmtree(export_dir, ignore_errors=True)
-  decode_config = dataclasses.replace(config.decode_config_from_flags(), decode_jit=True)
-  data_config = config.data_config_from_flags() if FLAGS.shortlist_size else None
+  decode_config = dataclasses.replace(shared_flags.decode_config_from_flags(), decode_jit=True)
+  data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
   return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir,
                         decode_config, FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
                         FLAGS.shortlist_per_source, data_config)

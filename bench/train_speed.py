@@ -24,7 +24,8 @@ import time
 from absl import app, flags
 
 from bench import op_profile
-from tf_transformer import config  # (defines the model flags)
+from tf_transformer import config
+from tf_transformer.bin import shared_flags  # (defines the model flags)
 
 flags.DEFINE_integer("steps", 10, "Timed steps.")
 flags.DEFINE_integer("warmup", 3, "Untimed warm-up steps.")
@@ -95,7 +96,7 @@ def run_once() -> dict:
   warm_up = one_per_shape + batches[:FLAGS.warmup]
   timed = batches[FLAGS.warmup:]
 
-  model_config = config.model_config_from_flags(FLAGS.vocab_size, FLAGS.vocab_size)
+  model_config = shared_flags.model_config_from_flags(FLAGS.vocab_size, FLAGS.vocab_size)
   model, optimizer = trainer.create_model(model_config, train_config, strategy)
   dataset = tf.data.Dataset.from_generator(
       lambda: iter(warm_up + timed), output_signature=(tf.TensorSpec([None, None], tf.int32),) * 3)

@@ -18,6 +18,7 @@ import numpy as np
 from absl import flags
 
 from tests import forked
+from tf_transformer.bin import shared_flags  # noqa: F401  (parse_flags parses the tools' flags)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -16,6 +16,9 @@ from tf_transformer.layers import low_precision
 
 _STRINGS = tf.TensorSpec([None], tf.string)
 _WIDTH_BUCKET = 16
+# A subword piece is at most 16 characters (SentencePiece's max_sentencepiece_length) of at most
+# 4 bytes, with white space around it: the bytes of a text that its first pieces can come from.
+_BYTES_PER_PIECE = 128
 
 
 def _rows(strings):
@@ -55,8 +58,8 @@ class Translator(tf.Module):
       decoding benchmark sets both, so every system compared does the same work).
     decode_jit: XLA-compile the search (tokenization stays outside: XLA has no string ops).
       XLA compiles once per input shape, so batches are padded to shape buckets first.
-    max_batch_size: larger requests to serve, translate_nbest and score are decoded this many
-      sentences at a time (align decodes a request at once: it is for a few sentences).
+    max_batch_size: larger requests to every signature are decoded (or scored) this many
+      sentences at a time, so that a request's memory is bounded whatever its size.
     precision: the weights of the matrix products, one of low_precision.PRECISIONS:
       "bfloat16" and "int8" convert `model` in place (low_precision.convert), and the module
       then holds those copies instead of the float32 matrices they replace.
@@ -149,37 +152,45 @@ class Translator(tf.Module):
     padded_width = -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
     return tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
 
-  @staticmethod
-  def _ids(tokenizer, texts, max_length=None):
-    """string [B] -> int32 [B, L]: tokens (the first `max_length`) + EOS, PAD_ID-padded."""
-    ids = tokenizer.tokenize(texts)[:, :max_length]
+  def _pieces_of(self, tokenizer, texts):
+    """string [B] -> ragged int32 [B, (<= max_length)]: the first max_length subword pieces of
+    each text, tokenized from at most its first _BYTES_PER_PIECE * max_length bytes, so that
+    a line of any size costs bounded memory (SentencePiece's lattice takes ~200 bytes a byte)."""
+    heads = tf.strings.substr(texts, 0, _BYTES_PER_PIECE * self.max_length)
+    return tokenizer.tokenize(heads)[:, :self.max_length]
+
+  def _ids(self, tokenizer, texts):
+    """string [B] -> int32 [B, L]: `_pieces_of` each text + EOS, PAD_ID-padded."""
     eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
-    return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)
+    return tf.concat([self._pieces_of(tokenizer, texts), eos], axis=1).to_tensor(
+        default_value=PAD_ID)
 
   def _source_ids(self, texts):
     """string [B] -> int32 [B, S], truncated to max_length tokens before EOS."""
-    return self._ids(self.source_tokenizer, texts, self.max_length)
+    return self._ids(self.source_tokenizer, texts)
 
   def _in_chunks(self, fn, outputs, *inputs):
-    """fn over rows [i, i + max_batch_size) of `inputs` (string [B] each), concatenated: a
-    request of any size is decoded in bounded memory.
+    """fn over rows [i, i + max_batch_size) of `inputs` (tensors [B, ...] each), concatenated:
+    a request of any size is decoded in bounded memory.
 
     Args:
-      fn: fn(*inputs of [rows]) -> tuple of tensors [rows, ...].
-      outputs: (trailing shape, dtype) of each tensor fn returns; the shapes are static.
+      fn: fn(*inputs of [rows, ...]) -> tuple of tensors [rows, ...].
+      outputs: (trailing shape, dtype) of each tensor fn returns; a dimension is an int, or an
+        int32 scalar tensor that is the same for every chunk.
     """
     count = tf.shape(inputs[0])[0]
-    specs = [tf.TensorSpec(shape, dtype) for shape, dtype in outputs]
-    arrays = tuple(tf.TensorArray(spec.dtype, size=0, dynamic_size=True, infer_shape=False,
-                                  element_shape=tf.TensorShape([None]).concatenate(spec.shape))
-                   for spec in specs)
+    arrays = tuple(tf.TensorArray(dtype, size=0, dynamic_size=True, infer_shape=False,
+                                  element_shape=tf.TensorShape(
+                                      [None] + [d if isinstance(d, int) else None
+                                                for d in shape]))
+                   for shape, dtype in outputs)
     fn = tf.autograph.experimental.do_not_convert(fn)  # only this loop needs AutoGraph
     for index in tf.range((count + self.max_batch_size - 1) // self.max_batch_size):
       start = index * self.max_batch_size
       results = fn(*(tensor[start:start + self.max_batch_size] for tensor in inputs))
       arrays = tuple(array.write(index, result) for array, result in zip(arrays, results))
-    return tuple(array.concat() if count > 0 else tf.zeros([0, *spec.shape], spec.dtype)
-                 for array, spec in zip(arrays, specs))
+    return tuple(array.concat() if count > 0 else tf.zeros([0, *shape], dtype)
+                 for array, (shape, dtype) in zip(arrays, outputs))
 
   def _search(self, texts, prefixes=None):
     """string [B] (and their target prefixes, string [B]) -> (string [B, nbest], float32
@@ -193,8 +204,8 @@ class Translator(tf.Module):
     blank input -> "" with score 0."""
     prefix_ids = None
     if prefixes is not None:
-      prefix_ids = self.target_tokenizer.tokenize(prefixes)[:, :self.max_length]
-      prefix_ids = prefix_ids.to_tensor(default_value=PAD_ID)
+      prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
+          default_value=PAD_ID)
     ids, scores = self._decode(self._source_ids(texts), prefix_ids)
     ids, scores = ids[:, :self.nbest], scores[:, :self.nbest]
     batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
@@ -236,6 +247,11 @@ class Translator(tf.Module):
   def score(self, source, target):
     """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha.
 
+    Both sides are cut at max_length subword pieces (then </s>), as the searches cut their
+    input: the memory of a request is bounded whatever a client sends, and one overlong pair
+    fails no other pair of a batch TF Serving merged it into. A cut target's score is that of
+    its first max_length pieces.
+
     Over the whole target vocabulary, even with a shortlist: a given target may hold any
     piece, and its log-probability is the model's (the searches' scores, normalised over
     their shortlist, are a little higher)."""
@@ -251,7 +267,7 @@ class Translator(tf.Module):
     return (decoding.score(self._model.value, self._source_ids(source),
                            self._ids(self.target_tokenizer, target), self.alpha),)
 
-  @tf.function(input_signature=[_STRINGS], autograph=False)
+  @tf.function(input_signature=[_STRINGS])
   def align(self, inputs):
     """The best translation with its cross-attention weights (for alignments and plots).
 
@@ -259,18 +275,34 @@ class Translator(tf.Module):
     pieces read (truncated input, then "</s>"), "" as padding; "target_tokens": string [B, T],
     the pieces written, "</s>" included, "" as padding; "attention": float32 [B, T, S], the
     last decoder layer's weights averaged over heads, each real target row summing to 1 over
-    the real source tokens, zeros elsewhere (and for blank inputs)}.
+    the real source tokens, zeros elsewhere (and for blank inputs)}. S is the request's
+    longest input + 1, T = S + extra_decode_length (or max_decode_length); decoded
+    max_batch_size rows at a time.
     """
     inputs = _rows(inputs)
-    source_ids = self._source_ids(inputs)
+    source_ids = self._source_ids(inputs)  # the request's width, which every chunk keeps
+    width = tf.shape(source_ids)[1]
+    length = self.max_decode_length or width + self.extra_decode_length
+    outputs, target_ids, attention = self._in_chunks(
+        self._align_chunk, [([], tf.string), ([length], tf.int32), ([length, width], tf.float32)],
+        inputs, source_ids)
+    return {"outputs": outputs,
+            "source_tokens": self._pieces(self.source_tokenizer, source_ids),
+            "target_tokens": self._pieces(self.target_tokenizer, target_ids),
+            "attention": attention}
+
+  def _align_chunk(self, inputs, source_ids):
+    """string [B], int32 [B, S] -> (string [B], ids int32 [B, T], float32 [B, T, S]) as
+    `align` returns them, T being S + extra_decode_length (or max_decode_length)."""
+    length = self.max_decode_length or tf.shape(source_ids)[1] + self.extra_decode_length
     best = self._decode(source_ids)[0][:, 0]
+    # no sentence writes past its own limit, so the bucketed XLA search's extra width is PAD
+    best = tf.pad(best[:, :length], [[0, 0], [0, length - tf.shape(best[:, :length])[1]]])
     attention = decoding.attention(self._model.value, source_ids, best)
     blank = tf.equal(tf.strings.length(tf.strings.strip(inputs)), 0)
     outputs = self.target_tokenizer.detokenize(decoding.strip_after_eos(best))
-    return {"outputs": tf.where(blank, "", outputs),
-            "source_tokens": self._pieces(self.source_tokenizer, source_ids),
-            "target_tokens": self._pieces(self.target_tokenizer, best),
-            "attention": tf.where(blank[:, tf.newaxis, tf.newaxis], 0.0, attention)}
+    return (tf.where(blank, "", outputs), best,
+            tf.where(blank[:, tf.newaxis, tf.newaxis], 0.0, attention))
 
   @staticmethod
   def _pieces(tokenizer, ids):

@@ -3,6 +3,7 @@
 import dataclasses
 import glob
 import os
+import re
 
 import pytest
 from absl import flags
@@ -10,6 +11,7 @@ from absl import flags
 from data_pipeline import corpora
 from tests import testutil
 from tf_transformer import config
+from tf_transformer.bin import shared_flags
 
 MODEL_PRESETS = ("base", "big", "small", "tiny")
 TASK_PRESETS = ("multi30k_en_de", "multi30k_de_en", "iwslt15_en_vi", "iwslt15_vi_en",
@@ -49,9 +51,9 @@ def test_task_preset_composes_a_model_preset_and_builds_configs(name):
   assert settings[0] in {f"--flagfile=flags/{m}.cfg" for m in MODEL_PRESETS}
   assert any("Expect" in line for line in comments)
   testutil.parse_flags(name)
-  data = config.data_config_from_flags()
-  train = config.train_config_from_flags()
-  model = config.model_config_from_flags(data.vocab_size, data.vocab_size)
+  data = shared_flags.data_config_from_flags()
+  train = shared_flags.train_config_from_flags()
+  model = shared_flags.model_config_from_flags(data.vocab_size, data.vocab_size)
   assert data.test_prefix and data.dev_prefix and train.model_dir
   assert (model.d_model, model.dropout_rate) == (flags.FLAGS.d_model, flags.FLAGS.dropout_rate)
 
@@ -61,7 +63,7 @@ def test_task_preset_composes_a_model_preset_and_builds_configs(name):
 def test_shipped_corpora_are_found_and_valid(name, folder):
   data_dir = testutil.shared_data(folder)
   testutil.parse_flags(name, f"--data_dir={data_dir}")
-  c = config.data_config_from_flags()
+  c = shared_flags.data_config_from_flags()
   for prefix in (c.train_prefix, c.dev_prefix, c.test_prefix):
     paths = [corpora.find_corpus_file(data_dir, prefix, lang) for lang in (c.src_lang, c.tgt_lang)]
     scan = corpora.scan_parallel(*paths)
@@ -71,11 +73,11 @@ def test_shipped_corpora_are_found_and_valid(name, folder):
 def test_flag_errors_name_the_flag():
   with pytest.raises(config.FlagError, match="--data_dir is required"):
     testutil.parse_flags("tiny")
-    config.data_config_from_flags()
+    shared_flags.data_config_from_flags()
   with pytest.raises(config.FlagError, match=r"--d_model \(60\) must be divisible by "
                                              r"--num_heads \(8\)"):
     testutil.parse_flags("tiny", "--d_model=60", "--num_heads=8")
-    config.model_config_from_flags(100, 100)
+    shared_flags.model_config_from_flags(100, 100)
 
 
 @pytest.mark.parametrize("config_class", [config.DataConfig, config.ModelConfig,
@@ -90,13 +92,13 @@ def test_configs_take_the_flag_values_by_name():
   testutil.parse_flags("tiny", "--data_dir=/data", "--model_dir=/model", "--dropout_rate=0.25",
                        "--relu_dropout_rate=0.05", "--max_length=37", "--nbest=2",
                        "--learning_rate=3.5", "--noshared_vocab")
-  model = config.model_config_from_flags(11, 12)
+  model = shared_flags.model_config_from_flags(11, 12)
   assert (model.source_vocab_size, model.target_vocab_size) == (11, 12)
   assert (model.dropout_rate, model.relu_dropout_rate, model.shared_vocab) == (0.25, 0.05, False)
-  assert config.decode_config_from_flags().max_length == 37
-  assert config.decode_config_from_flags().nbest == 2
-  assert config.data_config_from_flags().max_length == 37
-  assert config.train_config_from_flags().learning_rate == 3.5
+  assert shared_flags.decode_config_from_flags().max_length == 37
+  assert shared_flags.decode_config_from_flags().nbest == 2
+  assert shared_flags.data_config_from_flags().max_length == 37
+  assert shared_flags.train_config_from_flags().learning_rate == 3.5
 
 
 @pytest.mark.parametrize("config_class", [config.DataConfig, config.TrainConfig,
@@ -115,11 +117,11 @@ def test_norm_position_choices_are_the_layers():
 @pytest.mark.parametrize("name, bad, good", [
     ("learning_rate", ["-1", "0", "nan", "inf"], ["1e-9", "2"]),
     ("clip_norm", ["-0.1", "nan", "inf"], ["0", "5"]),
-    ("alpha", ["-0.5", "nan"], ["0", "1.2"]),
+    ("alpha", ["-0.5", "nan", "inf"], ["0", "1.2"]),
     ("label_smoothing", ["-0.1", "1", "nan"], ["0", "0.99"]),
     ("ema_decay", ["-0.1", "1"], ["0", "0.999"]),
     ("dropout_rate", ["-0.1", "1"], ["0", "0.5"]),
-    ("attention_dropout_rate", ["1.5"], ["0"]),
+    ("attention_dropout_rate", ["1.5", "1"], ["0"]),
     ("relu_dropout_rate", ["-1"], ["0.3"])])
 def test_real_valued_flags_are_refused_outside_their_domain_when_parsed(name, bad, good):
   for value in bad:
@@ -127,3 +129,72 @@ def test_real_valued_flags_are_refused_outside_their_domain_when_parsed(name, ba
       testutil.parse_flags("tiny", f"--{name}={value}")
   for value in good:
     assert testutil.parse_flags("tiny", f"--{name}={value}")[name].value == float(value)
+
+
+@pytest.mark.parametrize("config_class, fields, message", [
+    (config.DecodeConfig, {"beam_size": 0}, "beam_size=0 must be an integer >= 1"),
+    (config.DecodeConfig, {"alpha": float("inf")}, "alpha=inf must be a finite number >= 0"),
+    (config.DecodeConfig, {"alpha": -0.5}, "alpha=-0.5 must be a finite number >= 0"),
+    (config.DecodeConfig, {"nbest": 5, "beam_size": 4}, "nbest=5 must be at most beam_size=4"),
+    (config.DecodeConfig, {"max_length": 0}, "max_length=0 must be an integer >= 1"),
+    (config.ModelConfig, {"attention_dropout_rate": 1.0},
+     "attention_dropout_rate=1.0 must be in [0, 1)"),
+    (config.ModelConfig, {"d_model": 30, "num_heads": 4},
+     "d_model=30 must be even and divisible by num_heads=4"),
+    (config.ModelConfig, {"norm_position": "middle"}, "norm_position='middle' must be one of"),
+    (config.TrainConfig, {"seed": -1}, "seed=-1 must be an integer >= 0 and <= 4294967295"),
+    (config.TrainConfig, {"learning_rate": float("nan")}, "learning_rate=nan must be a finite"),
+    (config.TrainConfig, {"warmup_steps": 1.5}, "warmup_steps=1.5 must be an integer >= 1"),
+    (config.DataConfig, {"vocab_size": 8}, "vocab_size=8 must be an integer >= 16"),
+    (config.DataConfig, {"spm_model_type": "word"}, "spm_model_type='word' must be one of")])
+def test_configs_built_in_python_check_their_domains(config_class, fields, message):
+  """The domains hold wherever a config is built, not only behind the flags."""
+  required = {config.ModelConfig: {"source_vocab_size": 10, "target_vocab_size": 10},
+              config.TrainConfig: {"model_dir": "m"}}.get(config_class, {})
+  with pytest.raises(config.ConfigError, match=re.escape(f"{config_class.__name__}: {message}")):
+    config_class(**required, **fields)
+  config_class(**required)  # the defaults are inside every domain
+
+
+def test_every_flag_domain_is_its_config_fields():
+  """The flags take their bounds and choices from config's tables, so a flag and its field
+  cannot disagree."""
+  for name, (low, high) in config.INTEGER_RANGES.items():
+    if name in ("source_vocab_size", "target_vocab_size"):
+      continue  # the vocabulary gives these
+    parser = flags.FLAGS[name].parser
+    assert (parser.lower_bound, parser.upper_bound) == (low, high), name
+  for name, choices in config.CHOICES.items():
+    assert flags.FLAGS[name].parser.enum_values == list(choices), name
+
+
+_USERS_PROGRAM = """
+import sys
+from absl import app, flags
+flags.DEFINE_integer("batch_size", 7, "the user's own")
+flags.DEFINE_integer("seed", 3, "the user's own")
+
+def main(argv):
+  import tf_transformer
+  model = tf_transformer.load(sys.argv[1], beam_size=2)
+  translation, = model.translate(["aa bb cc"])
+  assert isinstance(translation, str)
+  print(flags.FLAGS.batch_size, flags.FLAGS.seed)
+  print(" ".join(sorted(module for module in flags.FLAGS.flags_by_module_dict()
+                        if module.split(".")[0] in ("tf_transformer", "data_pipeline", "export",
+                                                    "common"))))
+  print("alpha" in flags.FLAGS, "model_dir" in flags.FLAGS)
+
+app.run(main, argv=[sys.argv[0], "--batch_size=5"])
+"""
+
+
+def test_a_users_absl_program_with_its_own_flags_loads_a_model(tiny_model_dir):
+  """The library defines no flag: a user's absl program with its own --batch_size and --seed
+  imports it, loads a model and translates, and its FLAGS hold only its own flags."""
+  result = testutil.run_python(_USERS_PROGRAM, str(tiny_model_dir), fresh=True)
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = result.stdout.splitlines()
+  assert lines[0] == "5 3"
+  assert lines[1] == ""  # no module of the project defined a flag
+  assert lines[2] == "False False"

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -77,3 +78,68 @@ def test_dev_prefers_each_candidate_in_turn(reversal_model, tmp_path, winner):
   checkpoints.restore(tf.train.Checkpoint(model=want), paths[winner], partial=True)
   for got, expected in zip(model.weights, want.weights):
     assert (got.numpy() == expected.numpy()).all()
+
+
+def constant_checkpoints(folder, config, values: dict) -> dict:
+  """Writes a model-only checkpoint `folder`/<subfolder>/ckpt-<step> for each (subfolder, step)
+  of `values` ("" for `folder` itself), every weight set to its value, recorded in its folder's
+  checkpoint state as training records its checkpoints; returns {(subfolder, step): path}."""
+  model = build_model(config)
+  paths = {}
+  for (subfolder, step), value in values.items():
+    for weight in model.weights:
+      weight.assign(np.full(weight.shape, value, weight.dtype))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                                         str(folder / subfolder), max_to_keep=10,
+                                         checkpoint_name="ckpt")
+    paths[subfolder, step] = manager.save(checkpoint_number=step)
+  return paths
+
+
+def weight_value(model) -> float:
+  """The value every weight of a model restored from constant_checkpoints holds."""
+  return float(model.weights[0].numpy().flat[0])
+
+
+@pytest.mark.parametrize("best, average, ema, winner", [
+    (20.0, 20.0, 20.0, "best"), (10.0, 20.0, 20.0, "average"), (20.0, 10.0, 20.0, "best"),
+    (10.0, 10.0, 20.0, "ema"), (20.0, 30.0, 10.0, "average")])
+def test_a_tie_goes_to_best_then_average(tiny_model_dir, tmp_path, best, average, ema, winner):
+  """The highest dev BLEU wins; equal scores go to best, then average, then the moving
+  average, in whatever order the candidates come; the winner's weights stay in the model."""
+  config = model_dir_lib.read_config(str(tiny_model_dir))
+  values = {"best": 1.0, "average": 2.0, "ema": 3.0}
+  written = constant_checkpoints(tmp_path, config, {(name, 4): value
+                                                    for name, value in values.items()})
+  bleu = {values["best"]: best, values["average"]: average, values["ema"]: ema}
+  model = build_model(config)
+  paths = {name: written[name, 4] for name in ("ema", "average", "best")}
+  chosen, scores = final_weights.choose(model, lambda: bleu[weight_value(model)], paths)
+  assert chosen == winner
+  assert scores == {"best": best, "average": average, "ema": ema}
+  assert weight_value(model) == values[winner]
+
+
+def test_the_average_is_of_the_newest_min_of_average_last_and_kept(tiny_model_dir, tmp_path):
+  """The "average" candidate averages the min(--average_last, kept) newest training
+  checkpoints, and there is none when that is under 2."""
+  config = model_dir_lib.read_config(str(tiny_model_dir))
+  folder = tmp_path / "model"
+  model_dir_lib.check_config(str(folder), config)
+  constant_checkpoints(folder, config, {("", 1): 1.0, ("", 2): 2.0, ("", 3): 6.0})
+  model = build_model(config)
+  # kept 3: --average_last=5 averages all three, 2 the newest two, 1 none
+  for average_last, averaged, mean in ((5, ["ckpt-1", "ckpt-2", "ckpt-3"], 3.0),
+                                       (2, ["ckpt-2", "ckpt-3"], 4.0)):
+    paths = final_weights.candidates(str(folder), average_last)
+    assert paths == {"average": str(folder / "average" / "ckpt-3")}
+    record = json.loads((folder / "average" / "average.json").read_text())
+    assert record["averaged"] == averaged
+    checkpoints.restore(tf.train.Checkpoint(model=model), paths["average"], partial=True)
+    assert all((weight.numpy() == mean).all() for weight in model.weights)
+  assert final_weights.candidates(str(folder), 1) == {}
+  # one checkpoint kept: nothing to average, whatever --average_last
+  single = tmp_path / "single"
+  model_dir_lib.check_config(str(single), config)
+  constant_checkpoints(single, config, {("", 1): 1.0})
+  assert final_weights.candidates(str(single), 3) == {}

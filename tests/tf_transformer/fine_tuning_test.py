@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import checkpoints, inference, trainer
+from tf_transformer import checkpoints, fine_tuning, inference, trainer
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import TrainConfig
+from tf_transformer.config import DataConfig, FlagError, ModelConfig, TrainConfig
 
 def reverse_and_shift(n):
   return (n + 5) % testutil.TASK_WORDS
@@ -73,17 +73,33 @@ def test_a_run_starts_from_the_weights_of_init_from_with_a_fresh_optimizer(
     np.testing.assert_allclose(v, 2 * m ** 2, rtol=1e-3, atol=1e-30)
 
 
-def test_a_resumed_fine_tuning_never_reads_init_from(reversal_model, second_task, tmp_path):
+def test_fine_tuning_starts_from_the_final_weights_and_resumes_without_init_from(
+    reversal_model, second_task, tmp_path):
+  """The first run, at the default --checkpoint, starts from OLD's final weights (final.json's
+  checkpoint); its rerun resumes the new directory with OLD deleted."""
   old = reversal_model[0]
   copy = tmp_path / "old_copy"
   shutil.copytree(old, copy)
+  # final.json names the moving average, whose weights are neither the best checkpoint's nor
+  # the latest's, whatever the run chose
+  final = json.loads((copy / "final.json").read_text())
+  (copy / "final.json").write_text(json.dumps({**final, "choice": "ema",
+                                               "checkpoint": "ema/ckpt-300"}))
+  final_weights, _ = model_weights(copy, "final")
+  for other in ("best", "latest"):
+    assert max(np.abs(a - b).max() for a, b in zip(model_weights(copy, other)[0],
+                                                   final_weights)) > 1e-3
   new = tmp_path / "new"
+  # a learning rate so small that 20 steps move no weight by more than ~1e-8
   result = train(second_task, new, f"--init_from={copy}", "--train_steps=20", "--eval_every=20",
-                 "--save_every=20")
+                 "--save_every=20", "--learning_rate=1e-9")
   assert result.returncode == 0, result.stderr
+  assert json.loads((new / "init.json").read_text())["checkpoint"] == str(copy / "ema/ckpt-300")
+  for got, want in zip(model_weights(new)[0], final_weights):
+    np.testing.assert_allclose(got, want, atol=1e-6)
   shutil.rmtree(copy)
   resumed = train(second_task, new, f"--init_from={copy}", "--train_steps=40",
-                  "--eval_every=20", "--save_every=20")
+                  "--eval_every=20", "--save_every=20", "--learning_rate=1e-9")
   assert resumed.returncode == 0, resumed.stderr
   assert "resumed from" in resumed.stderr and model_weights(new)[1] == 40
 
@@ -115,3 +131,55 @@ def test_fine_tuning_learns_a_second_task_faster_than_training_from_scratch(
     bleu[name] = json.loads(result.stdout.strip().splitlines()[-1])["best_dev_bleu"]
   # seen: 79.3 against 0.0
   assert bleu["fine-tuned"] > bleu["scratch"] + 40, bleu
+
+
+# the model of a tiny.cfg run: architecture and vocabulary as the preset gives them
+TINY_MODEL = ModelConfig(64, 64, num_layers=2, d_model=64, num_heads=4, d_ff=128,
+                         dropout_rate=0.0, attention_dropout_rate=0.0, relu_dropout_rate=0.0)
+TINY_DATA = DataConfig(src_lang="src", tgt_lang="tgt", vocab_size=64)
+
+
+@pytest.fixture
+def tiny_old_model(tmp_path):
+  """A model directory's records (config.json, data.json) of a tiny.cfg run: all that
+  fine_tuning's flag checks read."""
+  folder = str(tmp_path / "old")
+  model_dir_lib.check_config(folder, TINY_MODEL)
+  model_dir_lib.check_data(folder, TINY_DATA)
+  return folder
+
+
+def test_fine_tuning_may_change_the_dropout_rates_and_skip_padding(tiny_old_model):
+  """The dropout rates and --skip_padding given for the new run are taken, every other field
+  is OLD's; vocabulary flags left out take OLD's values."""
+  flag_values = testutil.parse_flags(
+      "tiny", "--dropout_rate=0.3", "--attention_dropout_rate=0.2", "--relu_dropout_rate=0.1",
+      "--noskip_padding")
+  data_config = fine_tuning.check_flags(
+      tiny_old_model, flag_values,
+      DataConfig(src_lang="src", tgt_lang="tgt", spm_model_type="bpe", shared_vocab=False))
+  assert (data_config.vocab_size, data_config.spm_model_type, data_config.shared_vocab) == (
+      64, "unigram", True)
+  assert fine_tuning.model_config(tiny_old_model, flag_values) == ModelConfig(
+      64, 64, num_layers=2, d_model=64, num_heads=4, d_ff=128, dropout_rate=0.3,
+      attention_dropout_rate=0.2, relu_dropout_rate=0.1, skip_padding=False)
+
+
+@pytest.mark.parametrize("flag, name, given, old", [
+    ("--d_model=32", "d_model", "32", "64"), ("--num_layers=3", "num_layers", "3", "2"),
+    ("--num_heads=8", "num_heads", "8", "4"), ("--d_ff=256", "d_ff", "256", "128"),
+    ("--norm_position=pre", "norm_position", "pre", "post"),
+    ("--noshared_vocab", "shared_vocab", "False", "True"),
+    ("--vocab_size=100", "vocab_size", "100", "64"),
+    ("--spm_model_type=bpe", "spm_model_type", "bpe", "unigram")])
+def test_every_architecture_and_vocabulary_flag_that_contradicts_init_from_is_refused(
+    tiny_old_model, flag, name, given, old):
+  """Each flag the fine-tuning section names is refused in one line naming it, its value and
+  OLD's, when it differs from OLD's; given with OLD's value it is accepted."""
+  with pytest.raises(FlagError) as error:
+    fine_tuning.check_flags(tiny_old_model, testutil.parse_flags("tiny", flag), DataConfig())
+  assert str(error.value) == (
+      f"--{name}={given} contradicts the model of --init_from={tiny_old_model} ({name}={old}): "
+      "fine-tuning keeps its architecture and vocabulary; drop the flag")
+  fine_tuning.check_flags(tiny_old_model, testutil.parse_flags("tiny", f"--{name}={old}"),
+                          DataConfig())

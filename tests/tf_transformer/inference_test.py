@@ -4,16 +4,20 @@ the Python API (the README's example, run as written)."""
 import ast
 import pathlib
 import re
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_pipeline.token_ids import EOS_ID
+from data_pipeline.token_ids import EOS_ID, PAD_ID
 from export import serving
 from tf_transformer import decoding, inference
+from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DecodeConfig
 from tf_transformer.inference import hard_alignment, load_inference, make_batches, translate_texts
+from tf_transformer.model import build_model
+from tf_transformer.model_dir import ModelDirError
 
 TEXTS = ["aa", "bb cc dd", "ee ff gg hh ii", "", "jj kk ll mm nn oo pp qq", "aa bb",
          "cc dd ee ff gg hh ii jj kk ll mm nn", " ", "oo pp qq rr", "ss"]
@@ -120,3 +124,105 @@ def test_the_readme_python_example_runs_as_written(tiny_model_dir, tmp_path, kin
   prefix_text = target.detokenize(target.tokenize(tf.constant(["Ein Hund"])))[0].numpy().decode()
   assert prefixed[0].startswith(prefix_text) and prefixed[0] != first[0]
   assert prefixed[1] == nbest[1][0].text  # an empty prefix forces nothing
+
+
+def test_a_saved_models_weights_and_search_are_refused_as_fixed_at_export(tmp_path):
+  """load() refuses a checkpoint or search settings for a SavedModel (before reading it), and
+  a SavedModel exported with beam 2 and alpha 0.6 refuses a larger beam, another alpha, an
+  nbest over its beam and a prefix count unlike the sources', before any search runs."""
+  (tmp_path / "saved_model.pb").write_bytes(b"")
+  for settings in ({"checkpoint": "latest"}, {"beam_size": 2}):
+    with pytest.raises(ModelDirError) as error:
+      inference.load(str(tmp_path), **settings)
+    assert str(error.value) == (f"{tmp_path}: a SavedModel holds its own weights and search "
+                                "(fixed at export); give no checkpoint or search settings")
+
+  def searched(*args):
+    pytest.fail("a search ran")
+
+  # what load() makes of such a SavedModel, its signatures never to be called
+  model = inference.TranslationModel(
+      "export/2", True, DecodeConfig(beam_size=2, alpha=0.6),
+      lambda beam_size, alpha: inference.InferenceFunctions(searched, searched, searched,
+                                                            searched, inference.count_words))
+  for search in ({"beam_size": 3}, {"alpha": 1.0}):
+    with pytest.raises(ModelDirError) as error:
+      model.translate(["w1 w2"], **search)
+    assert str(error.value) == ("export/2: beam_size=2 and alpha=0.6 are fixed in this "
+                                "SavedModel at export; export again to change them")
+  with pytest.raises(ModelDirError) as error:
+    model.translate(["w1 w2"], nbest=3)
+  assert str(error.value) == "nbest must be between 1 and the beam size (2), got 3"
+  with pytest.raises(ModelDirError) as error:
+    model.translate(["w1 w2", "w3"], target_prefix=["w2"])
+  assert str(error.value) == ('2 sources but 1 target prefixes: give one prefix per source '
+                              '("" for none)')
+
+
+def test_translate_and_score_refuse_an_nbest_outside_the_beam_and_unaligned_lists(
+    tiny_model_dir):
+  """A model directory's translate takes an nbest from 1 to the call's beam, one prefix per
+  source, and score one target per source; each other request is refused in one line."""
+  model = inference.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
+  for nbest, beam in ((3, None), (0, None), (4, 3)):
+    with pytest.raises(ModelDirError) as error:
+      model.translate(["aa bb"], nbest=nbest, beam_size=beam)
+    assert str(error.value) == \
+        f"nbest must be between 1 and the beam size ({beam or 2}), got {nbest}"
+  with pytest.raises(ModelDirError) as error:
+    model.translate(["aa", "bb", "cc"], target_prefix=["dd", "ee"])
+  assert str(error.value) == ('3 sources but 2 target prefixes: give one prefix per source '
+                              '("" for none)')
+  with pytest.raises(ModelDirError) as error:
+    model.score(["aa", "bb"], ["cc"])
+  assert str(error.value) == "2 sources but 1 targets: score takes line-aligned pairs"
+
+
+def _ids(side, texts):
+  """texts' subword ids + </s>, PAD_ID-padded, as the translator reads them."""
+  return tf.concat([side.tokenize(tf.constant(texts)),
+                    tf.RaggedTensor.from_tensor(tf.fill([len(texts), 1], EOS_ID))],
+                   axis=1).to_tensor(default_value=PAD_ID)
+
+
+def test_load_checkpoint_loads_that_checkpoints_weights(tiny_model_dir, tmp_path):
+  """load(checkpoint=...) scores with the weights of the checkpoint it names: best/ckpt-1
+  holds the fixture's weights, the latest checkpoint (ckpt-2) others."""
+  folder = tmp_path / "model"
+  shutil.copytree(tiny_model_dir, folder)
+  config = model_dir_lib.read_config(str(folder))
+  first = build_model(config)
+  tf.train.Checkpoint(model=first).restore(str(folder / "ckpt-1")).expect_partial()
+  second = build_model(config)
+  rng = np.random.default_rng(0)
+  for weight, original in zip(second.weights, first.weights):
+    weight.assign(original.numpy() + rng.normal(0, 0.5, original.shape).astype(np.float32))
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=second), str(folder), 5,
+                             checkpoint_name="ckpt").save(checkpoint_number=2)
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=first), str(folder / "best"), 1,
+                             checkpoint_name="ckpt").save(checkpoint_number=1)
+  sources, targets = ["aa bb cc", "dd ee"], ["ff gg", "hh ii jj"]
+  vocabulary = inference.load_for_inference(str(folder), "en", "de")[1]
+  source_ids, target_ids = _ids(vocabulary.source, sources), _ids(vocabulary.target, targets)
+  expected = {name: decoding.score(weights, source_ids, target_ids, alpha=0.6).numpy()
+              for name, weights in (("first", first), ("second", second))}
+  assert np.abs(expected["first"] - expected["second"]).max() > 0.1
+  for checkpoint, weights in (("best", "first"), ("latest", "second")):
+    model = inference.load(str(folder), checkpoint=checkpoint, beam_size=2,
+                           extra_decode_length=4)
+    np.testing.assert_allclose(model.score(sources, targets), expected[weights], atol=1e-4)
+
+
+def test_a_target_prefix_is_cut_at_max_length_pieces(tiny_model_dir):
+  """With max_length=3, a prefix of five pieces (one a word here) forces its first three: the
+  translations and scores are those of the three-piece prefix."""
+  model = inference.load(str(tiny_model_dir), beam_size=2, max_length=3, extra_decode_length=6)
+  target = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
+  assert target.tokenize(tf.constant(["ss tt uu vv ww"])).row_lengths().numpy().tolist() == [5]
+  long, cut = model.translate(["aa bb", "aa bb"], target_prefix=["ss tt uu vv ww", "ss tt uu"],
+                              nbest=2)
+  assert [h.text for h in long] == [h.text for h in cut]
+  np.testing.assert_allclose([h.score for h in long], [h.score for h in cut], rtol=1e-5)
+  assert all(h.text.startswith("ss tt uu") for h in cut)
+  # the whole prefix, forced, would have given other translations
+  assert not any(h.text.startswith("ss tt uu vv ww") for h in cut)

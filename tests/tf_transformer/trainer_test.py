@@ -8,7 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import config, runtime, trainer
+from tf_transformer import runtime, trainer
+from tf_transformer.bin import shared_flags
 
 WORDS = [chr(ord("a") + i) * 2 for i in range(20)]  # "aa" .. "tt": one subword piece each
 
@@ -28,13 +29,13 @@ def build_trainer(data_dir, model_dir, *args):
   from data_pipeline.parallel_data import ParallelData
   testutil.parse_flags("tiny", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                        "--src_lang=src", "--tgt_lang=tgt", *args)
-  train_config = config.train_config_from_flags()
+  train_config = shared_flags.train_config_from_flags()
   strategy = runtime.set_up_runtime(train_config)
-  data = ParallelData(config.data_config_from_flags(), model_dir)
-  model_config = config.model_config_from_flags(data.vocabulary.source_size,
+  data = ParallelData(shared_flags.data_config_from_flags(), model_dir)
+  model_config = shared_flags.model_config_from_flags(data.vocabulary.source_size,
                                                  data.vocabulary.target_size)
   return trainer.create_trainer(data, model_config, train_config,
-                                config.decode_config_from_flags(), strategy)
+                                shared_flags.decode_config_from_flags(), strategy)
 
 
 def test_tiny_preset_learns_to_reverse(tmp_path):
@@ -289,3 +290,74 @@ def test_moving_average_cannot_be_switched_on_a_resumed_run(tmp_path):
   with pytest.raises(ModelDirError, match=r"optimizer.json: .*moving_average=True.*"
                      r"moving_average=False"):
     build_trainer(tmp_path, tmp_path / "model", "--train_steps=2", "--eval_every=100")
+
+
+class _ScriptedEvaluator:
+  """An Evaluator whose dev BLEU depends only on the weights in the model (constant ones, from
+  final_weights_test.constant_checkpoints), recording what the end of a run asks of it."""
+
+  def __init__(self, model, bleu_by_weight: dict):
+    import types
+
+    from tests.tf_transformer.final_weights_test import weight_value
+    self.weight = lambda: weight_value(model)
+    self.bleu_by_weight = bleu_by_weight
+    self.best_bleu = tf.Variable(10.0)
+    self.writer = tf.summary.create_noop_writer()
+    self.data = types.SimpleNamespace(dev_pairs=lambda count: [("aa bb", "bb aa")] * 3)
+    self.scored, self.tested = [], []
+
+  def dev_bleu(self):
+    self.scored.append(self.weight())
+    return self.bleu_by_weight[self.scored[-1]]
+
+  def test(self, output_dir, step, restore_best=True):
+    self.tested.append((output_dir, step, restore_best, self.weight()))
+    return {"test_bleu": 1.0}
+
+
+def test_only_the_chief_chooses_the_final_weights(tiny_model_dir, tmp_path):
+  """At the end of a multi-worker run the chief scores the candidates on dev, keeps the
+  winner's weights for its test score and writes final.json; another worker scores none,
+  writes nothing into the model directory, and its test score restores the best checkpoint."""
+  import json
+  import types
+
+  from tests.tf_transformer.final_weights_test import constant_checkpoints, weight_value
+  from tf_transformer import model_dir as model_dir_lib
+  from tf_transformer.config import TrainConfig
+  from tf_transformer.model import build_model
+
+  model_config = model_dir_lib.read_config(str(tiny_model_dir))
+  model_dir = tmp_path / "model"
+  model_dir_lib.check_config(str(model_dir), model_config)
+  # training checkpoints of weights 3 and 5 (their average: 4), the best checkpoint step 2's
+  constant_checkpoints(model_dir, model_config, {("", 1): 3.0, ("", 2): 5.0, ("best", 2): 5.0})
+  results = {}
+  for is_chief in (False, True):
+    model = build_model(model_config)
+    evaluator = _ScriptedEvaluator(model, {5.0: 10.0, 4.0: 30.0})
+    write_dir = str(model_dir) if is_chief else str(tmp_path / "worker_1")
+    tf.io.gfile.makedirs(write_dir)
+    run = trainer.Trainer(
+        model, types.SimpleNamespace(iterations=tf.Variable(2, dtype=tf.int64)),
+        train_step=None, iterator=None,
+        manager=types.SimpleNamespace(latest_checkpoint=f"{write_dir}/ckpt-2"),
+        evaluator=evaluator, writer=None,
+        config=TrainConfig(model_dir=str(model_dir), train_steps=2, average_last=2),
+        write_dir=write_dir, is_chief=is_chief)
+    trained = weight_value(model)
+    results[is_chief] = run.train()
+    if not is_chief:  # the model as trained went to the test, which restores the best itself
+      assert evaluator.scored == [] and evaluator.tested == [(write_dir, 2, True, trained)]
+      assert not (model_dir / "final.json").exists() and not (model_dir / "average").exists()
+      assert not (model_dir / "results.json").exists()
+      assert not (tmp_path / "worker_1").exists()  # its temporary folder is removed
+  assert results[False] == {"step": 2, "best_dev_bleu": 10.0, "test_bleu": 1.0}
+  # the chief: best (weights 5) scores 10, the average of the two checkpoints (4) 30
+  assert evaluator.scored == [5.0, 4.0] and evaluator.tested == [(str(model_dir), 2, False, 4.0)]
+  assert results[True] == {"step": 2, "best_dev_bleu": 10.0, "final_weights": "average",
+                           "dev_bleu_best": 10.0, "dev_bleu_average": 30.0, "test_bleu": 1.0}
+  final = json.loads((model_dir / "final.json").read_text())
+  assert (final["choice"], final["checkpoint"]) == ("average", "average/ckpt-2")
+  assert json.loads((model_dir / "results.json").read_text()) == results[True]

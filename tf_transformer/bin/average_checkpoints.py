@@ -9,8 +9,7 @@ DIR/average/average.json naming them. translate, evaluate and the exports load i
 
 from absl import flags
 
-from tf_transformer import config  # noqa: F401  (the shared flags: --model_dir, a flagfile's)
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
 
 flags.DEFINE_integer("last", None, "Average the weights of this many newest training "
                      "checkpoints of --model_dir.", lower_bound=1)

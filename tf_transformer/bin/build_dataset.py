@@ -12,8 +12,8 @@ train/validation/test splits of a TFDS translation dataset.
 
 from absl import flags, logging
 
-from tf_transformer import config
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
+from tf_transformer.config import FlagError
 
 # --src, --tgt and --out also name other tools' files: whichever tool runs defines them
 flags.DEFINE_string("src", None, "The training corpus's source side (plain or .gz).",
@@ -37,7 +37,7 @@ def _split_files(tfds_data) -> dict:
                             (tfds_data.TEST, ("test_src", "test_tgt"))):
     paths = FLAGS[src].value, FLAGS[tgt].value
     if any(paths) and not all(paths):
-      raise config.FlagError(f"--{src} and --{tgt} go together")
+      raise FlagError(f"--{src} and --{tgt} go together")
     if all(paths):
       splits[split] = paths
   return splits

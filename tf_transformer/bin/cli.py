@@ -44,16 +44,20 @@ def set_up_process():
 
 
 def _own_info_only(record) -> bool:
-  """TensorFlow logs INFO chatter (checkpoint sharding, asset writing) through absl too."""
+  """Other libraries' INFO lines are chatter to a user: TensorFlow's (checkpoint sharding,
+  asset writing), matplotlib's (its font cache, built on the first run in a new home)."""
   return record.levelno >= std_logging.WARNING or record.pathname.startswith(_PACKAGES)
 
 
 def start(argv):
-  """What every tool's main does first: refuse stray arguments, set up logging."""
+  """What every tool's main does first: refuse stray arguments, set up logging.
+
+  absl's verbosity sets the root logger's level, so every library's records reach absl's
+  handler on the root logger; the filter sits on that handler, which sees them all."""
   if len(argv) > 1:
     raise UserError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value)")
   logging.set_verbosity(logging.INFO)
-  std_logging.getLogger("absl").addFilter(_own_info_only)
+  logging.get_absl_handler().addFilter(_own_info_only)
 
 
 def _check_flagfiles(argv, seen=()):
@@ -108,10 +112,10 @@ def _user_errors() -> tuple:
 
 def _list_key_flags(main):
   """--helpshort lists the key flags of the program's main module: make them the shared flags
-  (tf_transformer.config) and the tool's own, however the tool was started (python -m, a
+  (tf_transformer.bin.shared_flags) and the tool's own, however the tool was started (python -m, a
   console command, the tf_transformer.train alias)."""
   program = sys.argv[0]
-  for module_name in ("tf_transformer.config", main.__module__):
+  for module_name in ("tf_transformer.bin.shared_flags", main.__module__):
     for flag in flags.FLAGS.get_flags_for_module(module_name):
       flags.FLAGS.register_key_flag_for_module(program, flag)
 

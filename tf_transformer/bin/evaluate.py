@@ -9,8 +9,7 @@ import json
 
 from absl import flags
 
-from tf_transformer import config
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags
 
 # --src also names other tools' inputs: whichever tool runs defines it
 flags.DEFINE_string("src", None, "The test set's source side (plain or .gz).",
@@ -28,7 +27,7 @@ def main(argv):
   from tf_transformer import metrics
   from tf_transformer.inference import load_inference
 
-  decode_config = config.decode_config_from_flags()
+  decode_config = shared_flags.decode_config_from_flags()
   scan_parallel(FLAGS.src, FLAGS.ref)
   pairs = read_parallel(FLAGS.src, FLAGS.ref)
   model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,

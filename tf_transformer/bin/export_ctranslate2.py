@@ -8,8 +8,7 @@ The folder is written under a temporary name and renamed at the end.
 
 from absl import flags
 
-from tf_transformer import config  # noqa: F401  (the shared flags: --model_dir, a flagfile's)
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
 
 flags.DEFINE_string("output_dir", None, "The CTranslate2 model folder.")
 flags.DEFINE_enum("quantization", "float32",

@@ -14,8 +14,7 @@ chosen from a lexicon counted over the training data of the data flags (docs/ser
 
 from absl import flags
 
-from tf_transformer import config
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags
 
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
 flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "int8"],
@@ -45,10 +44,11 @@ def main(argv):
   cli.start(argv)
   from export import serving
 
-  data_config = config.data_config_from_flags() if FLAGS.shortlist_size else None
+  data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
   print(serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.export_dir,
-                       config.decode_config_from_flags(), FLAGS.checkpoint, FLAGS.precision,
-                       FLAGS.shortlist_size, FLAGS.shortlist_per_source, data_config))
+                       shared_flags.decode_config_from_flags(), FLAGS.checkpoint,
+                       FLAGS.precision, FLAGS.shortlist_size, FLAGS.shortlist_per_source,
+                       data_config))
 
 
 def run():

@@ -11,8 +11,8 @@ any machine; the --extra_* corpora go to train, but for pairs whose source is he
 
 from absl import flags, logging
 
-from tf_transformer import config
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
+from tf_transformer.config import FlagError
 
 # --src, --tgt and --out also name other tools' files: whichever tool runs defines them
 flags.DEFINE_string("src", None, "The corpus's source side (plain or .gz).", allow_override=True)
@@ -32,7 +32,7 @@ def main(argv):
   from data_pipeline import held_out
 
   if len(FLAGS.extra_src) != len(FLAGS.extra_tgt):
-    raise config.FlagError(f"--extra_src names {len(FLAGS.extra_src)} file(s) but --extra_tgt "
+    raise FlagError(f"--extra_src names {len(FLAGS.extra_src)} file(s) but --extra_tgt "
                            f"{len(FLAGS.extra_tgt)}; they pair up in order")
   counts = held_out.write_split(FLAGS.src, FLAGS.tgt, FLAGS.out, FLAGS.src_lang,
                                 FLAGS.tgt_lang, FLAGS.dev_size, FLAGS.test_size, FLAGS.seed,

@@ -11,8 +11,7 @@ import sys
 
 from absl import flags, logging
 
-from tf_transformer import config
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags
 
 flags.DEFINE_string("init_from", None,
                     "Fine-tune: start a new --model_dir from this model directory's weights "
@@ -30,9 +29,9 @@ def main(argv):
   from tf_transformer import fine_tuning, model_dir, runtime, trainer
 
   try:
-    data_config = config.data_config_from_flags()
-    train_config = config.train_config_from_flags()
-    decode_config = config.decode_config_from_flags()
+    data_config = shared_flags.data_config_from_flags()
+    train_config = shared_flags.train_config_from_flags()
+    decode_config = shared_flags.decode_config_from_flags()
     origin = fine_tuning.origin(train_config.model_dir, FLAGS.init_from)
     first_run = bool(FLAGS.init_from) and origin == FLAGS.init_from
     if origin:
@@ -58,7 +57,7 @@ def main(argv):
         start = fine_tuning.start(FLAGS.init_from, FLAGS.checkpoint, train_config.model_dir,
                                   record=is_chief)
     else:
-      model_config = config.model_config_from_flags(data.vocabulary.source_size,
+      model_config = shared_flags.model_config_from_flags(data.vocabulary.source_size,
                                                     data.vocabulary.target_size)
     results = trainer.create_trainer(data, model_config, train_config, decode_config,
                                      strategy, start).train()

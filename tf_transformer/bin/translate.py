@@ -24,8 +24,8 @@ import sys
 
 from absl import flags, logging
 
-from tf_transformer import config
-from tf_transformer.bin import cli
+from tf_transformer.bin import cli, shared_flags
+from tf_transformer.config import FlagError
 
 flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
 flags.DEFINE_bool("stream", False,
@@ -49,18 +49,18 @@ FLAGS = flags.FLAGS
 def _check_modes():
   """Flags that translate cannot combine, as FlagErrors."""
   if FLAGS.score and not FLAGS.targets:
-    raise config.FlagError("--score needs --targets (the translations to score, one a line, "
+    raise FlagError("--score needs --targets (the translations to score, one a line, "
                            "line-aligned with --input)")
   if FLAGS.targets and not FLAGS.score:
-    raise config.FlagError("--targets is read only with --score")
+    raise FlagError("--targets is read only with --score")
   if FLAGS.score and (FLAGS.stream or FLAGS.print_alignment or FLAGS.nbest > 1):
-    raise config.FlagError("--score does not combine with --stream, --print_alignment or --nbest")
+    raise FlagError("--score does not combine with --stream, --print_alignment or --nbest")
   if FLAGS.target_prefix and (FLAGS.score or FLAGS.print_alignment):
-    raise config.FlagError("--target_prefix does not combine with --score or --print_alignment")
+    raise FlagError("--target_prefix does not combine with --score or --print_alignment")
   if FLAGS.print_alignment and FLAGS.nbest > 1:
-    raise config.FlagError("--print_alignment aligns the best translation only: drop --nbest")
+    raise FlagError("--print_alignment aligns the best translation only: drop --nbest")
   if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):
-    raise config.FlagError("--beam_size and --alpha are fixed in a SavedModel at export")
+    raise FlagError("--beam_size and --alpha are fixed in a SavedModel at export")
 
 
 def main(argv):
@@ -70,13 +70,13 @@ def main(argv):
   from tf_transformer import translation_io
   from tf_transformer.inference import load_inference
 
-  decode_config = config.decode_config_from_flags()
+  decode_config = shared_flags.decode_config_from_flags()
   _check_modes()
   if FLAGS.score:  # both files are checked before the model loads
     sources = translation_io.read_lines(FLAGS.input)
     targets = translation_io.read_lines(FLAGS.targets)
     if len(sources) != len(targets):
-      raise config.FlagError(f"{FLAGS.input or '<stdin>'} has {len(sources)} lines but "
+      raise FlagError(f"{FLAGS.input or '<stdin>'} has {len(sources)} lines but "
                              f"{FLAGS.targets} has {len(targets)}; they must be line-aligned")
   model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
                          decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
@@ -118,7 +118,7 @@ def _read_prefixes(count: int) -> list[str]:
   from tf_transformer import translation_io
   prefixes = translation_io.read_lines(FLAGS.target_prefix)
   if len(prefixes) != count:
-    raise config.FlagError(f"{FLAGS.target_prefix} has {len(prefixes)} lines but "
+    raise FlagError(f"{FLAGS.target_prefix} has {len(prefixes)} lines but "
                            f"{FLAGS.input or '<stdin>'} has {count}; they must be line-aligned")
   return prefixes
 

@@ -1,6 +1,7 @@
 """What every CLI shares: --helpshort, flagfile checks, one-line descriptions of errors."""
 
 import errno
+import os
 import re
 
 import pytest
@@ -40,3 +41,37 @@ def test_errors_are_described_in_one_line_naming_the_path():
   assert cli.describe(OSError(errno.ENOSPC, "No space left on device", "/x/ckpt")) == (
       "/x/ckpt: No space left on device")
   assert cli.describe(UserError("--beam_size: bad\nmore")) == "--beam_size: bad"
+
+
+def test_a_first_run_in_a_new_home_prints_only_the_error(tmp_path):
+  """A machine that never ran the project: matplotlib (imported by Keras) builds its font
+  cache and logs that at INFO; no other library's INFO line reaches a tool's stderr."""
+  env = {name: value for name, value in os.environ.items()
+         if name not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+  env["HOME"] = str(tmp_path)
+  result = testutil.run_cli("tf_transformer.bin.translate", "--model_dir=/nonexistent", env=env)
+  assert result.stderr == "error: /nonexistent: no such directory\n"
+  assert (tmp_path / ".cache" / "matplotlib").is_dir()  # the cache was built in this run
+
+
+def test_other_libraries_info_lines_are_dropped_and_their_warnings_kept():
+  """A tool (cli.run) logs its own INFO lines; another library's INFO lines, through its own
+  logger or absl's, are dropped, and its warnings kept."""
+  code = """
+import logging as std_logging
+from absl import logging
+from tf_transformer.bin import cli
+
+def main(argv):
+  cli.start(argv)
+  std_logging.getLogger("somelib").info("chatter")
+  std_logging.getLogger("somelib").warning("a warning")
+  logging.info("absl chatter from a library")
+  logging.warning("an absl warning")
+
+cli.run(main)
+"""
+  result = testutil.run_python(code)
+  assert result.returncode == 0, result.stderr
+  assert "chatter" not in result.stderr
+  assert "a warning" in result.stderr and "an absl warning" in result.stderr

@@ -6,7 +6,7 @@ import pytest
 
 from data_pipeline import corpora
 from tests import testutil
-from tf_transformer import config
+from tf_transformer.bin import shared_flags
 
 
 def test_writes_train_dev_test_and_says_how_to_train(tmp_path):
@@ -54,7 +54,7 @@ def test_the_ja_vi_alt_split_is_the_documented_one(tmp_path):
   assert digests == {"dev.ja": "411641e8cb786137", "test.ja": "18d445fce46702ba"}
   # the Ja->Vi preset reads the split
   testutil.parse_flags("ja_vi", f"--data_dir={tmp_path}")
-  c = config.data_config_from_flags()
+  c = shared_flags.data_config_from_flags()
   for prefix in (c.train_prefix, c.dev_prefix, c.test_prefix):
     corpora.scan_parallel(*(corpora.find_corpus_file(tmp_path, prefix, lang)
                             for lang in (c.src_lang, c.tgt_lang)))

@@ -1,0 +1,131 @@
+"""docs/bad_input.md's hostile requests: what a careless or hostile client sends to each
+signature of an export. Every request returns (a row per input row) or fails with an error, and
+the process's memory stays bounded, whatever the size of a line, a target or a request."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tf_transformer
+from tests import testutil
+
+# the export's length limit (flags/tiny.cfg's --max_length) and rows decoded at a time
+MAX_LENGTH = 32
+MAX_BATCH_SIZE = 64
+# how much a process's peak resident memory may grow over a table, past its first warm-up
+# request (seen: 16-22 MiB; a 1 MB line tokenized whole takes 235 MiB, and a 20,000-word target
+# scored whole [1, 4, 20001, 20001] floats for each attention layer)
+MEMORY_BOUND = 64 * 2**20
+
+# Each signature's table: row name -> (arguments of the call, as Python source, and whether
+# the call must fail). A text over the limit is cut to MAX_LENGTH pieces, so it must return.
+_LONG = {
+    "invalid UTF-8": "[b'\\xc3\\x28 aa', b'\\xff\\xfe bb']",
+    "NUL and control bytes": "[b'aa\\x00bb\\x07\\x1b[31m cc']",
+    "only white space": "[b' \\t  ', b'']",
+    "a 1 MB line, one word": "[b'x' * 2**20]",
+    "a 1 MB line of words": "[b'aa ' * 350_000]",
+    "5,000 short rows": "[b'aa bb'] * 5000",
+    "rows x length at the limit (129 rows of 1,000 words)":
+        f"[b'aa bb cc dd ' * 250] * {2 * MAX_BATCH_SIZE + 1}",
+    "no row": "[]",
+}
+TABLES = {
+    **{signature: {
+        **{name: (f"inputs={rows}", False) for name, rows in _LONG.items()},
+        "a scalar": ("inputs=b'aa bb'", True),
+        "a matrix": ("inputs=[[b'aa'], [b'bb']]", True),
+    } for signature in ("serving_default", "translate_nbest", "align")},
+    "translate_prefix": {
+        **{name: (f"inputs={rows}, prefix={rows}", False) for name, rows in _LONG.items()},
+        "a 5,000-word prefix": ("inputs=[b'aa'], prefix=[b'bb ' * 5000]", False),
+        "row counts differ": ("inputs=[b'aa', b'bb'], prefix=[b'cc']", True),
+    },
+    "score": {
+        **{name: (f"source={rows}, target={rows}", False) for name, rows in _LONG.items()},
+        "a 5,000-word target": ("source=[b'aa'], target=[b'bb ' * 5000]", False),
+        "a 20,000-word target": ("source=[b'aa'], target=[b'bb cc ' * 10_000]", False),
+        "5,000 rows of 1,000-word targets": ("source=[b'aa'] * 5000, target=[b'bb ' * 1000] * 5000",
+                                             False),
+        "row counts differ": ("source=[b'aa', b'bb'], target=[b'cc']", True),
+    },
+}
+
+# every table in one process of its own, as TF Serving holds a model: nothing but tensorflow
+# and tensorflow_text loaded; each signature warmed up with a request of MAX_BATCH_SIZE rows
+_CHILD = """
+import json, resource, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the SentencePiece ops)
+
+signatures = tf.saved_model.load(sys.argv[1]).signatures
+tables = json.loads(sys.argv[2])
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+tensors = lambda **named: {key: tf.constant(value, tf.string) for key, value in named.items()}
+for name in tables:
+  rows = [b"aa bb cc"] * %d
+  signatures[name](**tensors(**{key: rows for key in signatures[name].structured_input_signature[1]}))
+report = {}
+for signature, table in tables.items():
+  start, outcomes = peak(), {}
+  for name, (arguments, _) in table.items():
+    try:
+      inputs = eval("dict(" + arguments + ")")
+      result = {key: value.numpy()
+                for key, value in signatures[signature](**tensors(**inputs)).items()}
+      rows = len(next(iter(inputs.values())))
+      whole = all(value.shape[0] == rows for value in result.values())
+      finite = all(bool(tf.reduce_all(tf.math.is_finite(value))) for value in result.values()
+                   if value.dtype.kind == "f")
+      outcomes[name] = "returned" if whole and finite else f"bad result {result}"
+    except (tf.errors.OpError, ValueError, TypeError) as error:
+      outcomes[name] = "error: " + type(error).__name__
+  report[signature] = {"outcomes": outcomes, "growth": peak() - start}
+print(json.dumps(report))
+""" % MAX_BATCH_SIZE
+
+
+@pytest.fixture(scope="module")
+def export_version(tiny_model_dir, tmp_path_factory):
+  """The tiny random model exported (graph search, beam 2): its version folder."""
+  export_dir = tmp_path_factory.mktemp("hostile") / "tiny"
+  result = testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={tiny_model_dir}", f"--export_dir={export_dir}",
+                            "--beam_size=2", "--extra_decode_length=5", "--nodecode_jit")
+  assert result.returncode == 0, result.stderr
+  return export_dir / "1"
+
+
+@pytest.fixture(scope="module")
+def report(export_version):
+  """{signature: {"outcomes": {row: "returned" or "error: <type>"}, "growth": bytes}}."""
+  tables = {signature: {name: [arguments, fails] for name, (arguments, fails) in table.items()}
+            for signature, table in TABLES.items()}
+  result = testutil.run_python(_CHILD, str(export_version), json.dumps(tables), fresh=True,
+                               timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("signature", TABLES)
+def test_every_hostile_request_returns_or_fails_in_bounded_memory(report, signature):
+  expected = {name: "error: InvalidArgumentError" if fails else "returned"
+              for name, (_, fails) in TABLES[signature].items()}
+  assert report[signature]["outcomes"] == expected
+  growth = report[signature]["growth"]
+  print(f"{signature}: peak resident memory grew {growth / 2**20:.0f} MiB")
+  assert growth < MEMORY_BOUND
+
+
+def test_a_target_over_the_limit_scores_as_its_first_pieces(tiny_model_dir):
+  """load().score (and so translate --score) cuts the target at max_length pieces, as the
+  source: a 5,000-word target scores as its first MAX_LENGTH pieces."""
+  model = tf_transformer.load(str(tiny_model_dir), beam_size=2, max_length=MAX_LENGTH)
+  words = ["aa", "bb", "cc"] * 2000
+  pieces = model.count_tokens([" ".join(words[:MAX_LENGTH])], "target")[0] - 1
+  assert pieces == MAX_LENGTH  # one piece a word: the cut text is the first 32 words
+  long, cut, shorter = model.score(["aa bb"] * 3, [" ".join(words), " ".join(words[:MAX_LENGTH]),
+                                                   " ".join(words[:MAX_LENGTH - 1])])
+  assert np.isfinite(long) and long == pytest.approx(cut, abs=1e-5)
+  assert shorter != pytest.approx(cut, abs=1e-5)
