@@ -125,7 +125,8 @@ def main(argv):
   rng = np.random.default_rng(FLAGS.seed)
   os.makedirs(FLAGS.workdir, exist_ok=True)
   vocabulary = _subword_model(os.path.join(FLAGS.workdir, "spm.model"), FLAGS.vocab_size, rng)
-  model_config = shared_flags.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
+  model_config = shared_flags.model_config_from_flags(vocabulary.source_size,
+                                                      vocabulary.target_size)
   model = build_model(model_config)
 
   lengths = rng.integers(FLAGS.min_src, FLAGS.max_src + 1, FLAGS.n_sents)
@@ -165,7 +166,7 @@ def main(argv):
     for path, jit in (("function", False), ("function_jit", True)):
       if path in FLAGS.paths:
         decode = tf.function(lambda ids, beam=beam: decoding.decode(
-            model, ids, beam, 0.6, min_length=length, max_decode_length=length)[0],
+            model, ids, beam, 0.6, min_decode_length=length, max_decode_length=length)[0],
             jit_compile=jit)
         times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
         results.append((path, beam, times))

@@ -59,7 +59,8 @@ def _random_export(tf):
   os.makedirs(FLAGS.workdir, exist_ok=True)
   vocabulary = decode_speed._subword_model(os.path.join(FLAGS.workdir, "spm.model"),
                                            FLAGS.vocab_size, rng)
-  model_config = shared_flags.model_config_from_flags(vocabulary.source_size, vocabulary.target_size)
+  model_config = shared_flags.model_config_from_flags(vocabulary.source_size,
+                                                      vocabulary.target_size)
   module = Translator(build_model(model_config), vocabulary, beam_size=FLAGS.beam_size, nbest=1,
                       max_length=FLAGS.max_length, extra_decode_length=FLAGS.extra_decode_length,
                       decode_jit=True, precision=FLAGS.precision)

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from common import files
 from export.ct2_spec import transformer_spec
-from tf_transformer.inference import load_for_inference
+from tf_transformer.checkpoints import load_for_inference
 
 
 def _pieces(tokenizer) -> list[str]:

@@ -14,7 +14,7 @@ from absl import logging
 
 from common import files
 from data_pipeline import lexical_shortlist
-from tf_transformer.inference import load_for_inference
+from tf_transformer.checkpoints import load_for_inference
 from tf_transformer.translator import Translator
 
 WARMUP_INPUTS = ("", "Hello.", "A man in a blue shirt is standing on a ladder cleaning windows.")

@@ -126,7 +126,7 @@ def _force_prefix(logits, prefix_ids, step, beam_size: int):
 
 
 def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, *,
-                batch, beam_size: int, eos_id: int, min_length, buffer_length,
+                batch, beam_size: int, eos_id: int, min_decode_length, buffer_length,
                 prefix_ids=None):
   """Extends each live hypothesis by one token and keeps the 2K best extensions of a sentence.
 
@@ -144,7 +144,7 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
     batch: int32 scalar, B.
     beam_size: K.
     eos_id: end-of-sentence id.
-    min_length: int32 scalar: EOS cannot be produced before this many tokens.
+    min_decode_length: int32 scalar: EOS cannot be produced before this many tokens.
     buffer_length: L.
     prefix_ids: optional int32 [B, P], tokens forced at the first steps (see `beam_search`).
 
@@ -160,7 +160,7 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
   logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
   vocab_size = tf.shape(logits)[-1]
   eos_column = tf.one_hot(eos_id, vocab_size, on_value=_NEG_INF, off_value=0.0)
-  allowed = tf.cond(step + 1 < min_length, lambda: logits + eos_column, lambda: logits)
+  allowed = tf.cond(step + 1 < min_decode_length, lambda: logits + eos_column, lambda: logits)
   if prefix_ids is not None:
     allowed = _force_prefix(allowed, prefix_ids, step, k)
   per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
@@ -271,7 +271,7 @@ def _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, 
 
 
 def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
-                max_decode_length, eos_id: int, min_length=0, buffer_length=None,
+                max_decode_length, eos_id: int, min_decode_length=0, buffer_length=None,
                 prefix_ids=None):
   """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
 
@@ -293,7 +293,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     alpha: length-penalty exponent (0: raw log-probabilities).
     max_decode_length: int32 scalar or [B], at most this many tokens (EOS included).
     eos_id: end-of-sentence id.
-    min_length: EOS cannot be produced before this many tokens (EOS included).
+    min_decode_length: EOS cannot be produced before this many tokens (EOS included).
     buffer_length: L, the width of the output ids (>= every max_decode_length; required when
       that is a tensor). A static L lets XLA compile one search for many limits.
     prefix_ids: optional int32 [B, P]: each sentence's first tokens, forced (0-padded; a row
@@ -310,7 +310,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
   if buffer_length is None:
     buffer_length = max_decode_length
   limits = tf.broadcast_to(tf.convert_to_tensor(max_decode_length, tf.int32), [batch])  # [B]
-  min_length = tf.convert_to_tensor(min_length, tf.int32)
+  min_decode_length = tf.convert_to_tensor(min_decode_length, tf.int32)
   k = beam_size
 
   def not_done(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
@@ -329,9 +329,9 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     old = (alive_ids, alive_log_probs, finished_ids, finished_scores)
     top_ids, top_log_probs, top_tokens, top_beams, cache = _grow_alive(
         symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, batch=batch,
-        beam_size=k, eos_id=eos_id, min_length=min_length, buffer_length=buffer_length,
-        prefix_ids=prefix_ids)
-    # a candidate masked out (a forced step, or EOS before min_length) only fills the 2K
+        beam_size=k, eos_id=eos_id, min_decode_length=min_decode_length,
+        buffer_length=buffer_length, prefix_ids=prefix_ids)
+    # a candidate masked out (a forced step, or EOS before min_decode_length) only fills the 2K
     # places: it never counts as finished
     ends = tf.equal(top_tokens, eos_id) & (top_log_probs > _NEG_INF / 2)
     last_ids, alive_ids, alive_log_probs, cache = _choose_alive(

@@ -1,5 +1,6 @@
-"""A model directory's checkpoints: which one --checkpoint names, restoring it, averaging the
-newest ones, and sweeping what a killed save left behind. All through tf.io.gfile."""
+"""A model directory's checkpoints: which one --checkpoint names, restoring it (with the
+vocabulary, for inference), averaging the newest ones, and sweeping what a killed save left
+behind. All through tf.io.gfile."""
 
 import contextlib
 import os
@@ -10,6 +11,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.files import TEMPORARY_MARK
+from data_pipeline import tokenizer
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model import build_model
 from tf_transformer.model_dir import ModelDirError
@@ -208,3 +210,27 @@ def average(model_dir: str, last: int) -> str:
                            {"checkpoint": os.path.basename(path),
                             "averaged": [os.path.basename(p) for p in paths]})
   return path
+
+
+def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint: str = "final"):
+  """The trained model at a checkpoint of `model_dir`, and its vocabulary.
+
+  Args:
+    checkpoint: final, best, latest, average, ema or a checkpoint path
+      (choose_checkpoint).
+
+  Returns:
+    (Transformer, tokenizer.Vocabulary, the step of the checkpoint loaded).
+  """
+  model_dir_lib.check_exists(model_dir)
+  model_config = model_dir_lib.read_config(model_dir)
+  paths = tokenizer.vocabulary_paths(model_dir, model_config.shared_vocab, src_lang,
+                                     tgt_lang)
+  for path in paths:
+    if not tf.io.gfile.exists(path):
+      raise ModelDirError(f"{path}: no such file (check --src_lang/--tgt_lang)")
+  vocabulary = tokenizer.load_vocabulary(*paths)
+  path = choose_checkpoint(model_dir, checkpoint)
+  model = build_model(model_config)
+  restore(tf.train.Checkpoint(model=model), path, partial=True)
+  return model, vocabulary, checkpoint_step(path)

@@ -15,7 +15,7 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_length=0, max_decode_length=None,
+           extra_decode_length: int = 50, min_decode_length=0, max_decode_length=None,
            prefix_ids=None, shortlist=None):
   """Beam search over the model's key/value-cached decoder (see beam_search for beam_size 1).
 
@@ -26,9 +26,9 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
     alpha: GNMT length-penalty exponent.
     extra_decode_length: each sentence gets at most its source length (EOS included) + this
       many target tokens (EOS included), whatever the batch it is in.
-    min_length: no EOS before this many tokens.
+    min_decode_length: no EOS before this many tokens.
     max_decode_length: if given, the fixed maximum instead of source_length + extra (with
-      min_length equal to it, every sentence gets exactly that many decoder steps).
+      min_decode_length equal to it, every sentence gets exactly that many decoder steps).
     prefix_ids: optional int32 [batch, P], PAD_ID-padded: the first target tokens of each
       translation, forced (a row of PAD_IDs: none). A sentence with a prefix gets at most
       max(source length, prefix length) + extra tokens.
@@ -71,7 +71,7 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
 
   ids, scores = beam_search.beam_search(
       symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],
-      beam_size, alpha, max_decode_length, EOS_ID, min_length, buffer_length, prefix_ids)
+      beam_size, alpha, max_decode_length, EOS_ID, min_decode_length, buffer_length, prefix_ids)
   return ids, scores
 
 

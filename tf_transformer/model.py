@@ -162,20 +162,20 @@ class Transformer(keras.Model):
     memory, bias = self.encode(source_ids, training=training)
     return self.logits(self.decode(target_input_ids, memory, bias, training=training))
 
-  def init_decode_cache(self, memory, max_length: int, output_ids=None):
-    """Decoding state for `max_length` steps: Decoder.init_cache's "self" (the per-hypothesis
+  def init_decode_cache(self, memory, buffer_length: int, output_ids=None):
+    """Decoding state for `buffer_length` steps: Decoder.init_cache's "self" (the per-hypothesis
     buffers each step writes) and "cross" parts, plus "output_kernel", the pre-softmax matrix
     transposed once for the whole decoding; with `output_ids` (int32 [n], a vocabulary
     shortlist) its columns of those target ids only, and `decode_step` gives their n logits."""
-    return dict(self.decoder.init_cache(memory, max_length),
+    return dict(self.decoder.init_cache(memory, buffer_length),
                 output_kernel=self.target_embedding.output_kernel(output_ids))
 
-  def decode_step(self, ids, decode_index, cross_attention_bias, cache, logits_bias=None):
+  def decode_step(self, ids, step, cross_attention_bias, cache, logits_bias=None):
     """Logits for the next token after feeding one token per sequence.
 
     Args:
-      ids: int32 [batch], the token at position `decode_index`.
-      decode_index: int32 scalar.
+      ids: int32 [batch], the token at position `step`.
+      step: int32 scalar.
       cross_attention_bias: float32 [sources, 1, 1, source_length], where batch is a multiple
         of sources (each source's K beam hypotheses are consecutive rows).
       cache: from `init_decode_cache` or the previous step; its "self" part has batch rows and
@@ -185,17 +185,17 @@ class Transformer(keras.Model):
 
     Returns:
       logits: float32 [batch, target_vocab_size] ([batch, n] with a cache of n output ids), of
-        the token at `decode_index + 1`.
+        the token at `step + 1`.
       cache: the updated decoding state.
     """
     buffer = cache["self"][0]["key"]
     self_bias = attention_bias.cached_step_bias(buffer.shape[2] or tf.shape(buffer)[2],
-                                                decode_index)
-    x = self.target_embedding.embed(ids, decode_index)
+                                                step)
+    x = self.target_embedding.embed(ids, step)
     layout = TokenLayout.dense(tf.shape(ids)[0], 1)
     x, layers = self.decoder(x, None, self_bias, cross_attention_bias, layout=layout,
                              cache={"self": cache["self"], "cross": cache["cross"]},
-                             decode_index=decode_index)
+                             step=step)
     return (self.logits(x, cache["output_kernel"], logits_bias),
             dict(cache, **layers))
 

@@ -1,7 +1,7 @@
 """A model directory's JSON records: the architecture (config.json), what the vocabulary and
 the optimizer state depend on (data.json, optimizer.json), each checked against a rerun's flags.
 
-Checkpoints are `checkpoints.py`'s; loading a model for inference is `inference.py`'s. Every
+Checkpoints, and loading a model for inference, are `checkpoints.py`'s. Every
 file operation goes through tf.io.gfile, so a model directory may be on any TensorFlow file
 system (gs://, file://, a local path).
 """

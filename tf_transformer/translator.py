@@ -97,7 +97,7 @@ class Translator(tf.Module):
     self.max_length, self.extra_decode_length = max_length, extra_decode_length
     self.min_decode_length, self.max_decode_length = min_decode_length, max_decode_length
     search = dict(beam_size=beam_size, alpha=alpha, extra_decode_length=extra_decode_length,
-                  min_length=min_decode_length, max_decode_length=max_decode_length)
+                  min_decode_length=min_decode_length, max_decode_length=max_decode_length)
     self.decode_jit = decode_jit
     self.max_batch_size = max_batch_size
     self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0

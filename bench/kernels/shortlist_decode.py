@@ -51,9 +51,9 @@ def main(argv):
     return tf.gather(shortlist, out), scores
 
   kinds = {
-      "full": lambda ids, beam: decoding.decode(model, ids, beam, 0.6, min_length=length,
+      "full": lambda ids, beam: decoding.decode(model, ids, beam, 0.6, min_decode_length=length,
                                                 max_decode_length=length),
-      "spread": lambda ids, beam: decoding.decode(model, ids, beam, 0.6, min_length=length,
+      "spread": lambda ids, beam: decoding.decode(model, ids, beam, 0.6, min_decode_length=length,
                                                   max_decode_length=length,
                                                   shortlist=shortlist),
       "in_space": in_space,

@@ -78,7 +78,7 @@ def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint="final")
   hypothesis that ended on the way, which may be shorter than the argmax path).
   """
   from tf_transformer import decoding
-  from tf_transformer.inference import load_for_inference
+  from tf_transformer.checkpoints import load_for_inference
 
   model, vocabulary, _ = load_for_inference(str(model_dir), *langs, checkpoint)
   rows = vocabulary.source.tokenize(tf.constant(sources)).to_list()
@@ -147,7 +147,7 @@ def test_greedy_outputs_are_the_same_token_ids(exported):
 def _gnmt_scores(model_dir, sources, outputs):
   """Our model's GNMT-normalized score (alpha 0.6) of each output (ids without EOS)."""
   from tf_transformer import decoding
-  from tf_transformer.inference import load_for_inference
+  from tf_transformer.checkpoints import load_for_inference
 
   model, vocabulary, _ = load_for_inference(str(model_dir), "en", "de")
   scores = []

@@ -65,7 +65,8 @@ peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 tensors = lambda **named: {key: tf.constant(value, tf.string) for key, value in named.items()}
 for name in tables:
   rows = [b"aa bb cc"] * %d
-  signatures[name](**tensors(**{key: rows for key in signatures[name].structured_input_signature[1]}))
+  names = signatures[name].structured_input_signature[1]
+  signatures[name](**tensors(**{key: rows for key in names}))
 report = {}
 for signature, table in tables.items():
   start, outcomes = peak(), {}

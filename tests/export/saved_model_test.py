@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID
 from tests import testutil
-from tf_transformer import decoding, inference
+from tf_transformer import checkpoints, decoding
 from tf_transformer.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
@@ -58,7 +58,7 @@ def test_tf_serving_layout_and_versions(model_dir, exported):
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
   assert settings["beam_size"] == 2 and settings["alpha"] == 0.6 and settings["nbest"] == 2
   assert settings["precision"] == "float32"
-  model, _, _ = inference.load_for_inference(str(model_dir), "en", "de")
+  model, _, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   weights = sum(v.numpy().nbytes for v in model.variables if v.dtype == "float32")
   assert _variable_bytes(version)["float32"] == weights  # each saved once
   result = export(model_dir, exported)  # a plain path into the same folder
@@ -114,6 +114,7 @@ _FRESH_PROCESS = """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # registers the SentencePiece ops
+imported = {name.split(".")[0] for name in sys.modules}  # the top-level modules, as yet
 model = tf.saved_model.load(sys.argv[1])
 inputs = tf.constant(json.loads(sys.argv[2]))
 best = model.signatures["serving_default"](inputs=inputs)
@@ -123,9 +124,9 @@ prefixed = model.signatures["translate_prefix"](inputs=inputs, prefix=tf.constan
 score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
 many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
 align = model.signatures["align"](inputs=inputs)
-assert not any(name.split(".")[0] in ("tf_transformer", "data_pipeline", "export")
-               for name in sys.modules)
-print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
+modules = {name.split(".")[0] for name in sys.modules}
+print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules - imported),
+                  "outputs": [o.decode() for o in best["outputs"].numpy()],
                   "scores": best["scores"].numpy().tolist(),
                   "nbest_shape": list(nbest["outputs"].shape),
                   "prefixed": [[o.decode() for o in row] for row in prefixed["outputs"].numpy()],
@@ -141,17 +142,37 @@ print(json.dumps({"outputs": [o.decode() for o in best["outputs"].numpy()],
 """
 
 
+# what a process that loads an export must not import (docs/serving.md: it loads with nothing
+# but tensorflow and tensorflow_text): the project's packages, the tools' dependencies. (Keras,
+# and matplotlib where it is installed, come with tensorflow's and tensorflow_text's imports.)
+_NOT_IMPORTED = {"tf_transformer", "data_pipeline", "export", "common", "sacrebleu"}
+
+
+def _run_fresh(version, inputs, prefixes) -> dict:
+  """_FRESH_PROCESS's results for the export `version` (its folder) over `inputs` and
+  `prefixes` (lists of str), run in a new interpreter: a process forked from the tests' server
+  holds keras, tensorflow_text and sacrebleu already, and would hide a dependency on them.
+  Checks that loading and calling the export imported no module that `import tensorflow,
+  tensorflow_text` had not, and none of _NOT_IMPORTED at all."""
+  result = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(inputs),
+                               json.dumps(prefixes), cwd="/", fresh=True)
+  assert result.returncode == 0, result.stderr
+  loaded = json.loads(result.stdout.strip().splitlines()[-1])
+  assert loaded["modules_loaded"] == []
+  modules = set(loaded["modules"])
+  assert "tensorflow_text" in modules
+  assert not modules & _NOT_IMPORTED, sorted(modules & _NOT_IMPORTED)
+  return loaded
+
+
 def _prefixes() -> list[str]:
   """A target prefix per INPUTS row: every other one empty."""
   return ["ss tt" if row % 2 == 0 else "" for row in range(len(INPUTS))]
 
 
 def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
-  result = testutil.run_python(_FRESH_PROCESS, str(exported / "1"), json.dumps(INPUTS),
-                               json.dumps(_prefixes()), cwd="/")
-  assert result.returncode == 0, result.stderr
-  loaded = json.loads(result.stdout.strip().splitlines()[-1])
-  model, vocabulary, _ = inference.load_for_inference(str(model_dir), "en", "de")
+  loaded = _run_fresh(exported / "1", INPUTS, _prefixes())
+  model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
                       extra_decode_length=5)
   expected = module.serve(tf.constant(INPUTS))
@@ -213,11 +234,8 @@ def test_reduced_precision_export_loads_with_only_tensorflow(model_dir, exported
   assert precision not in full and precision in low
   assert low["float32"] + low[precision] < (0.45 if precision == "int8" else 0.65) * full["float32"]
 
-  fresh = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(INPUTS),
-                              json.dumps(_prefixes()), cwd="/")
-  assert fresh.returncode == 0, fresh.stderr
-  loaded = json.loads(fresh.stdout.strip().splitlines()[-1])
-  model, vocabulary, _ = inference.load_for_inference(str(model_dir), "en", "de")
+  loaded = _run_fresh(version, INPUTS, _prefixes())
+  model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   # compiled by XLA as the export is: a rounding step of int8 or bfloat16 turns the last bit of
   # a float32 difference between XLA and TensorFlow's kernels into a visible one
   module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
@@ -333,55 +351,128 @@ def test_a_trained_export_ends_translations_and_cuts_long_inputs(reversal_model,
   assert reversed_rows >= 3  # trained to reverse: most dev sentences come back reversed
 
 
-# below the reversal model's vocabulary size (checked): the shortlist leaves pieces out
-REVERSAL_SHORTLIST, REVERSAL_PER_SOURCE = 16, 4
-
-
-@pytest.fixture(scope="module")
-def reversal_shortlist_export(reversal_model, tmp_path_factory):
-  """reversal_model exported as reversal_export is, with a shortlist of its training data."""
-  model_dir = reversal_model[0]
+def _export_reversal(model_dir, export_dir, *args) -> pathlib.Path:
+  """reversal_model (its folder `model_dir`) exported to `export_dir` as reversal_export is
+  (without XLA, testutil.REVERSAL_EXPORT_SEARCH's search), with the flags `args`: the version
+  folder."""
   search = testutil.REVERSAL_EXPORT_SEARCH
   result = testutil.run_cli(
       "tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
-      f"--model_dir={model_dir}", f"--export_dir={tmp_path_factory.mktemp('shortlist') / 'e'}",
-      "--nodecode_jit", f"--data_dir={model_dir.parent}", "--src_lang=src", "--tgt_lang=tgt",
-      f"--shortlist_size={REVERSAL_SHORTLIST}", f"--shortlist_per_source={REVERSAL_PER_SOURCE}",
-      *(f"--{name}={value}" for name, value in search.items() if name != "nbest"))
+      f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--nodecode_jit",
+      *(f"--{name}={value}" for name, value in search.items() if name != "nbest"), *args)
   assert result.returncode == 0, result.stderr
   return pathlib.Path(result.stdout.strip().splitlines()[-1])
 
 
-def test_a_shortlist_export_translates_as_the_whole_vocabulary_with_only_tensorflow(
-    reversal_model, reversal_export, reversal_shortlist_export):
+@pytest.fixture(scope="module")
+def reversal_exports(reversal_model, reversal_export, tmp_path_factory):
+  """{precision: version folder}: reversal_export (float32), and reversal_model exported as it
+  is in int8 and in bfloat16."""
+  return {"float32": reversal_export, **{
+      precision: _export_reversal(reversal_model[0], tmp_path_factory.mktemp(precision) / "e",
+                                  f"--precision={precision}")
+      for precision in ("int8", "bfloat16")}}
+
+
+# how far a trained model's int8 and bfloat16 exports may stray from its float32 export over
+# the reversal dev set (30 sentences): (the share of best translations that must be the same,
+# the largest difference of their scores where they are, the largest difference of the
+# references' log-probabilities, `score`). Measured: both the same on all 30; scores at most
+# 0.063 apart in int8 (0.008 on average) and 0.010 in bfloat16 (0.002), log-probabilities
+# (-0.01 to -10.4) 0.123 (0.021) and 0.054 (0.007). int8 scales 10% off: 21 of 30 the same,
+# scores 0.29 apart, log-probabilities 4.2.
+PRECISION_PARITY = {"int8": (0.9, 0.15, 0.3), "bfloat16": (0.9, 0.03, 0.15)}
+
+
+def test_reduced_precision_exports_translate_the_dev_set_as_float32(reversal_model,
+                                                                    reversal_exports):
+  """A trained model's int8 and bfloat16 exports against its float32 export: the same best
+  translations for nearly all dev sentences, with nearly the same scores, and nearly the same
+  log-probabilities of the references."""
+  _, dev, _ = reversal_model
+  sources, targets = (tf.constant(side) for side in zip(*dev))
+  results = {}
+  for precision, version in reversal_exports.items():
+    signatures = tf.saved_model.load(str(version)).signatures
+    best = signatures["serving_default"](inputs=sources)
+    log_prob = signatures["score"](source=sources, target=targets)["log_prob"]
+    results[precision] = (np.array([output.decode() for output in best["outputs"].numpy()]),
+                          best["scores"].numpy(), log_prob.numpy())
+  outputs, scores, log_prob = results["float32"]
+  for precision, (share, score_tolerance, log_prob_tolerance) in PRECISION_PARITY.items():
+    low_outputs, low_scores, low_log_prob = results[precision]
+    same = low_outputs == outputs
+    print(f"{precision}: {same.sum()} of {len(dev)} translations the same, scores "
+          f"{np.abs(low_scores - scores)[same].max():.5f} apart, log-probabilities "
+          f"{np.abs(low_log_prob - log_prob).max():.5f}")
+    assert same.mean() >= share, precision
+    np.testing.assert_allclose(low_scores[same], scores[same], rtol=0, atol=score_tolerance)
+    np.testing.assert_allclose(low_log_prob, log_prob, rtol=0, atol=log_prob_tolerance)
+
+
+# one sentence a request: its shortlist of 9 of the 20 pieces holds EOS and its words' pieces
+# (a number piece's 2 candidates are itself and "▁w"), not all those the dev set writes
+REVERSAL_SHORTLIST, REVERSAL_PER_SOURCE = 9, 2
+
+
+@pytest.fixture(scope="module")
+def reversal_shortlist_export(reversal_model, tmp_path_factory):
+  """reversal_model exported as reversal_export is, in int8, with a shortlist of its training
+  data."""
+  model_dir = reversal_model[0]
+  return _export_reversal(
+      model_dir, tmp_path_factory.mktemp("shortlist") / "e", "--precision=int8",
+      f"--data_dir={model_dir.parent}", "--src_lang=src", "--tgt_lang=tgt",
+      f"--shortlist_size={REVERSAL_SHORTLIST}", f"--shortlist_per_source={REVERSAL_PER_SOURCE}")
+
+
+def test_an_int8_shortlist_export_translates_as_the_whole_vocabulary_with_only_tensorflow(
+    reversal_model, reversal_exports, reversal_shortlist_export):
+  """An int8 export with a shortlist loads with only tensorflow and tensorflow_text and
+  translates as the int8 export without one: the whole dev set in one request (its shortlist
+  the whole vocabulary), and each sentence alone (a shortlist of REVERSAL_SHORTLIST pieces,
+  which a forced prefix's pieces enter)."""
   model_dir, dev, _ = reversal_model
-  version = reversal_shortlist_export
+  version, whole_version = reversal_shortlist_export, reversal_exports["int8"]
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
-  assert settings["shortlist_size"] == REVERSAL_SHORTLIST
+  assert settings["shortlist_size"] == REVERSAL_SHORTLIST and settings["precision"] == "int8"
   assert settings["shortlist_per_source"] == REVERSAL_PER_SOURCE
   pieces = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.joint.model"))
-  assert REVERSAL_SHORTLIST < pieces.get_piece_size()  # a shortlist indeed
   # the lexicon's table is saved, int32 [source pieces, per_source], and the target pieces'
   # frequency order, int32 [target pieces]
   int32_bytes = pieces.get_piece_size() * (REVERSAL_PER_SOURCE + 1) * 4
   assert _variable_bytes(version)["int32"] == int32_bytes
-  # and nothing else: its float32 variables are the model's, as in the export without it
-  assert _variable_bytes(version)["float32"] == _variable_bytes(reversal_export)["float32"]
+  # and nothing else: its other variables are the model's, as in the export without it
+  assert _variable_bytes(version) == {**_variable_bytes(whole_version), "int32": int32_bytes}
 
   sources = [source for source, _ in dev]
-  # forced pieces the training data never wrote (the task's words are w0 .. w12)
+  written = {piece for _, target in dev for piece in pieces.encode(target)} | {EOS_ID}
+  assert len(written) > REVERSAL_SHORTLIST  # a shortlist indeed
+  # a word the training data never wrote (its words are w0 .. w12): its pieces forced
   prefixes = ["w13" if row % 2 else "" for row in range(len(sources))]
-  fresh = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(sources),
-                              json.dumps(prefixes), cwd="/")
-  assert fresh.returncode == 0, fresh.stderr
-  loaded = json.loads(fresh.stdout.strip().splitlines()[-1])
-  whole = tf.saved_model.load(str(reversal_export)).signatures["serving_default"](
-      inputs=tf.constant(sources))
-  assert loaded["outputs"] == [output.decode() for output in whole["outputs"].numpy()]
+  # the whole dev set in one request (a shortlist of 9 pieces for each of its sentences: the
+  # whole vocabulary), in a process of its own
+  loaded = _run_fresh(version, sources, prefixes)
+  shortlisted = tf.saved_model.load(str(version)).signatures
+  whole = tf.saved_model.load(str(whole_version)).signatures
+  expected = whole["serving_default"](inputs=tf.constant(sources))
+  assert loaded["outputs"] == [output.decode() for output in expected["outputs"].numpy()]
   assert loaded["align_outputs"] == loaded["outputs"]
   reversed_rows = sum(output.split() == source.split()[::-1]
                       for output, source in zip(loaded["outputs"], sources))
   assert reversed_rows >= len(sources) // 2
-  for prefix, outputs, scores in zip(prefixes, loaded["prefixed"], loaded["prefixed_scores"]):
+  for prefix, outputs in zip(prefixes, loaded["prefixed"]):
     assert all(output.startswith(prefix) for output in outputs)
-    assert all(score > -100 for score in scores)  # the forced pieces are in the shortlist
+
+  # one sentence a request: a shortlist of 9 pieces, its scores normalised over them higher
+  # than the whole vocabulary's, and the prefix's pieces in it
+  for source, prefix in zip(sources, prefixes):
+    inputs = tf.constant([source])
+    got, want = (signatures["serving_default"](inputs=inputs)
+                 for signatures in (shortlisted, whole))
+    assert got["outputs"].numpy()[0] == want["outputs"].numpy()[0], source
+    assert got["scores"].numpy()[0] > want["scores"].numpy()[0], source  # by 0.002 to 0.03
+    if prefix:
+      prefixed = shortlisted["translate_prefix"](inputs=inputs, prefix=tf.constant([prefix]))
+      assert all(output.decode().startswith(prefix) for output in prefixed["outputs"][0].numpy())
+      assert (prefixed["scores"].numpy() > -100).all(), source  # not masked out (about -1e9)

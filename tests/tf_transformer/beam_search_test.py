@@ -32,10 +32,10 @@ def sequence_log_prob(sequence):
   return log_prob
 
 
-def run(beam_size, alpha=0.6, batch=1, min_length=0, max_length=MAX_LENGTH, prefix_ids=None):
+def run(beam_size, alpha=0.6, batch=1, min_decode_length=0, max_length=MAX_LENGTH, prefix_ids=None):
   initial = tf.fill([batch], START)
   ids, scores = beam_search(toy_logits, initial, {"sum": tf.zeros([batch], tf.int32)},
-                            beam_size, alpha, max_length, EOS, min_length,
+                            beam_size, alpha, max_length, EOS, min_decode_length,
                             prefix_ids=prefix_ids)
   return ids.numpy(), scores.numpy()
 
@@ -98,7 +98,7 @@ def test_beam_one_equals_greedy():
 
 
 def test_min_length_suppresses_eos():
-  ids, _ = run(beam_size=3, min_length=MAX_LENGTH)
+  ids, _ = run(beam_size=3, min_decode_length=MAX_LENGTH)
   for sequence in ids[0]:
     assert EOS not in sequence[:MAX_LENGTH - 1]
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tests import testutil
 from tf_transformer import checkpoints
-from tf_transformer import inference
+from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DataConfig, ModelConfig
 from tf_transformer.model import Transformer
@@ -81,7 +81,7 @@ def checkpoints_dir(tmp_path_factory, tiny_model_dir):
 
 
 def _loaded_weights(folder, checkpoint):
-  model, _, step = inference.load_for_inference(str(folder), "en", "de", checkpoint)
+  model, _, step = checkpoints.load_for_inference(str(folder), "en", "de", checkpoint)
   return [weight.numpy() for weight in model.weights], step
 
 
@@ -126,7 +126,7 @@ def test_a_checkpoint_that_is_not_there_is_named(checkpoints_dir, checkpoint, me
   folder, _ = checkpoints_dir
   fill = lambda text: text.replace("{m}", str(folder))
   with pytest.raises(model_dir_lib.ModelDirError) as error:
-    inference.load_for_inference(str(folder), "en", "de", fill(checkpoint))
+    checkpoints.load_for_inference(str(folder), "en", "de", fill(checkpoint))
   assert str(error.value) == fill(message)
 
 
@@ -139,11 +139,11 @@ def _translate(folder, *args):
 def _nbest(folder, checkpoint, texts):
   """[(index, hypothesis, score)] of the 2-best lists of `texts` that the weights of `folder`'s
   `checkpoint` give, decoded here with _translate's search."""
-  model, vocabulary, _ = inference.load_for_inference(str(folder), "en", "de",
+  model, vocabulary, _ = checkpoints.load_for_inference(str(folder), "en", "de",
                                                       f"{folder}/{checkpoint}")
   translator = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
                           extra_decode_length=4)
-  outputs, scores = inference.translate_texts(translator.translate_nbest, texts)
+  outputs, scores = length_batching.translate_texts(translator.translate_nbest, texts)
   return [(index, hypothesis, score)
           for index, (row, row_scores) in enumerate(zip(outputs, scores))
           for hypothesis, score in zip(row, row_scores)]

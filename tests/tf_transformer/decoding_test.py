@@ -48,7 +48,7 @@ def test_greedy_equals_full_recomputation(model_and_sources):
 def test_beam_scores_equal_forced_decode_scores(model_and_sources):
   model, sources = model_and_sources
   alpha = 0.6
-  ids, scores = decoding.decode(model, sources, beam_size=4, alpha=alpha, min_length=3,
+  ids, scores = decoding.decode(model, sources, beam_size=4, alpha=alpha, min_decode_length=3,
                                 extra_decode_length=EXTRA)
   for row, source in enumerate(sources):
     for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
@@ -73,7 +73,7 @@ def test_beam_is_at_least_as_good_as_greedy(model_and_sources):
 
 def test_score_equals_the_beam_search_score(model_and_sources):
   model, sources = model_and_sources
-  ids, scores = decoding.decode(model, sources, beam_size=3, alpha=0.6, min_length=2,
+  ids, scores = decoding.decode(model, sources, beam_size=3, alpha=0.6, min_decode_length=2,
                                 extra_decode_length=EXTRA)
   for rank in range(3):
     targets = ids[:, rank]
@@ -87,7 +87,7 @@ def test_score_equals_the_beam_search_score(model_and_sources):
 
 def test_xla_compiled_search_decodes_the_same(model_and_sources):
   model, sources = model_and_sources
-  search = lambda ids: decoding.decode(model, ids, beam_size=2, alpha=0.6, min_length=2,
+  search = lambda ids: decoding.decode(model, ids, beam_size=2, alpha=0.6, min_decode_length=2,
                                        extra_decode_length=EXTRA)
   ids, scores = tf.function(search)(sources)
   jit_ids, jit_scores = tf.function(search, jit_compile=True)(sources)
@@ -148,7 +148,7 @@ def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one(model_and_so
                                                                      beam_size):
   model, sources = model_and_sources
   everything = tf.constant(np.random.default_rng(0).permutation(24), tf.int32)
-  search = dict(beam_size=beam_size, alpha=0.6, min_length=2, extra_decode_length=EXTRA)
+  search = dict(beam_size=beam_size, alpha=0.6, min_decode_length=2, extra_decode_length=EXTRA)
   ids, scores = decoding.decode(model, sources, **search)
   listed_ids, listed_scores = decoding.decode(model, sources, shortlist=everything, **search)
   np.testing.assert_array_equal(listed_ids.numpy(), ids.numpy())
@@ -159,7 +159,7 @@ def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one(model_and_so
 def test_a_shortlisted_search_writes_its_ids_scored_over_them(model_and_sources, beam_size):
   model, sources = model_and_sources
   alpha = 0.6
-  search = dict(beam_size=beam_size, alpha=alpha, min_length=3, extra_decode_length=EXTRA)
+  search = dict(beam_size=beam_size, alpha=alpha, min_decode_length=3, extra_decode_length=EXTRA)
   ids, scores = decoding.decode(model, sources, shortlist=tf.constant(SHORTLIST), **search)
   unlisted, _ = decoding.decode(model, sources, **search)
   assert set(unlisted.numpy().ravel()) - set(SHORTLIST) - {0}  # the shortlist changes things
@@ -185,7 +185,7 @@ def test_xla_compiled_shortlisted_search_decodes_the_same(model_and_sources):
 
   def search(source_ids):
     ids = shortlist.select(table, order, source_ids, 10)
-    return decoding.decode(model, source_ids, beam_size=2, alpha=0.6, min_length=2,
+    return decoding.decode(model, source_ids, beam_size=2, alpha=0.6, min_decode_length=2,
                            extra_decode_length=EXTRA, shortlist=ids) + (ids,)
 
   ids, scores, listed = tf.function(search)(sources)

@@ -8,13 +8,12 @@ import sacrebleu
 import tensorflow as tf
 
 from tf_transformer import checkpoints
-from tf_transformer import inference
 from tf_transformer.config import DecodeConfig, TrainConfig
 from tf_transformer.evaluator import Evaluator
 
 
 def _evaluator(tiny_model_dir, tmp_path, test_pairs=(), **train_flags):
-  model, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "src", "tgt")
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "src", "tgt")
   data = types.SimpleNamespace(vocabulary=vocabulary, dev_batches=lambda: None,
                                dev_pairs=lambda limit: [], test_pairs=lambda: list(test_pairs))
   config = TrainConfig(model_dir=str(tmp_path), eval_beam_size=1, **train_flags)

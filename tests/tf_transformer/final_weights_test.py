@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import checkpoints, final_weights, inference, metrics
+from tf_transformer import checkpoints, final_weights, metrics
+from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model import build_model
 from tf_transformer.translator import Translator
@@ -36,7 +37,8 @@ def test_the_run_records_every_dev_score_and_keeps_the_winner(reversal_model):
       "--src_lang=src", "--tgt_lang=tgt", f"--src={data / 'test.src'}",
       f"--ref={data / 'test.tgt'}", f"--output={data / 'hypotheses.txt'}")
   assert scored.returncode == 0, scored.stderr
-  assert json.loads(scored.stdout.strip().splitlines()[-1])["bleu"] == results["test_bleu"], scored.stderr[-3000:]
+  assert json.loads(scored.stdout.strip().splitlines()[-1])["bleu"] == results["test_bleu"], (
+      scored.stderr[-3000:])
 
 
 def _dev_bleu(model, vocabulary, dev):
@@ -44,7 +46,7 @@ def _dev_bleu(model, vocabulary, dev):
   sources, references = (list(side) for side in zip(*dev))
 
   def score():
-    outputs, _ = inference.translate_texts(translator.translate_nbest, sources)
+    outputs, _ = length_batching.translate_texts(translator.translate_nbest, sources)
     return metrics.corpus_bleu([nbest[0] for nbest in outputs], references)[0].score
   return score
 
@@ -69,7 +71,7 @@ def test_dev_prefers_each_candidate_in_turn(reversal_model, tmp_path, winner):
         untrained.write(path)
   paths = final_weights.candidates(str(folder), average_last=3)
   assert set(paths) == {"best", "average", "ema"}
-  model, vocabulary, _ = inference.load_for_inference(str(folder), "src", "tgt", "latest")
+  model, vocabulary, _ = checkpoints.load_for_inference(str(folder), "src", "tgt", "latest")
   chosen, scores = final_weights.choose(model, _dev_bleu(model, vocabulary, dev), paths)
   assert chosen == winner, scores
   assert scores[winner] > 25 and all(scores[name] < 10 for name in scores if name != winner)

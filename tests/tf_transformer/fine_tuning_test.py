@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import checkpoints, fine_tuning, inference, trainer
+from tf_transformer import checkpoints, fine_tuning, trainer
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DataConfig, FlagError, ModelConfig, TrainConfig
 
@@ -36,7 +36,7 @@ def second_task(tmp_path_factory):
 
 
 def model_weights(model_dir, checkpoint="latest"):
-  model, _, step = inference.load_for_inference(str(model_dir), "src", "tgt", checkpoint)
+  model, _, step = checkpoints.load_for_inference(str(model_dir), "src", "tgt", checkpoint)
   return [w.numpy() for w in model.weights], step
 
 

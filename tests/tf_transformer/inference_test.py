@@ -13,9 +13,12 @@ import tensorflow as tf
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from export import serving
 from tf_transformer import decoding, inference
+from tf_transformer import length_batching
+from tf_transformer import checkpoints
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DecodeConfig
-from tf_transformer.inference import hard_alignment, load_inference, make_batches, translate_texts
+from tf_transformer.inference import load_inference
+from tf_transformer.length_batching import hard_alignment, make_batches, translate_texts
 from tf_transformer.model import build_model
 from tf_transformer.model_dir import ModelDirError
 
@@ -43,7 +46,7 @@ def test_token_batches_translate_like_sentence_batches(tiny_model_dir):
                                           extra_decode_length=4)).functions()
   texts = TEXTS
   counts = functions.count_tokens(texts, "source")
-  vocabulary = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1]
+  vocabulary = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1]
   pieces = vocabulary.source.tokenize(tf.constant(texts)).row_lengths().numpy()
   assert counts == [min(int(n), 8) + 1 for n in pieces]  # + </s>, truncated at max_length
   batches = []
@@ -111,7 +114,7 @@ def test_the_readme_python_example_runs_as_written(tiny_model_dir, tmp_path, kin
     assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
   assert nbest[0][0].text == first[0]
   # the log-probability of each target over the length penalty, from the ids in float32
-  weights, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "en", "de")
+  weights, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
   targets = ["Ein Hund rennt am Strand.", "Zwei Männer reden."]
   for source, target_text, score in zip(sources, targets, scores):
     source_ids, target_ids = (
@@ -144,7 +147,7 @@ def test_a_saved_models_weights_and_search_are_refused_as_fixed_at_export(tmp_pa
   model = inference.TranslationModel(
       "export/2", True, DecodeConfig(beam_size=2, alpha=0.6),
       lambda beam_size, alpha: inference.InferenceFunctions(searched, searched, searched,
-                                                            searched, inference.count_words))
+                                                            searched, length_batching.count_words))
   for search in ({"beam_size": 3}, {"alpha": 1.0}):
     with pytest.raises(ModelDirError) as error:
       model.translate(["w1 w2"], **search)
@@ -202,7 +205,7 @@ def test_load_checkpoint_loads_that_checkpoints_weights(tiny_model_dir, tmp_path
   tf.train.CheckpointManager(tf.train.Checkpoint(model=first), str(folder / "best"), 1,
                              checkpoint_name="ckpt").save(checkpoint_number=1)
   sources, targets = ["aa bb cc", "dd ee"], ["ff gg", "hh ii jj"]
-  vocabulary = inference.load_for_inference(str(folder), "en", "de")[1]
+  vocabulary = checkpoints.load_for_inference(str(folder), "en", "de")[1]
   source_ids, target_ids = _ids(vocabulary.source, sources), _ids(vocabulary.target, targets)
   expected = {name: decoding.score(weights, source_ids, target_ids, alpha=0.6).numpy()
               for name, weights in (("first", first), ("second", second))}
@@ -217,7 +220,7 @@ def test_a_target_prefix_is_cut_at_max_length_pieces(tiny_model_dir):
   """With max_length=3, a prefix of five pieces (one a word here) forces its first three: the
   translations and scores are those of the three-piece prefix."""
   model = inference.load(str(tiny_model_dir), beam_size=2, max_length=3, extra_decode_length=6)
-  target = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
+  target = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
   assert target.tokenize(tf.constant(["ss tt uu vv ww"])).row_lengths().numpy().tolist() == [5]
   long, cut = model.translate(["aa bb", "aa bb"], target_prefix=["ss tt uu vv ww", "ss tt uu"],
                               nbest=2)

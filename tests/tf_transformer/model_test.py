@@ -154,7 +154,7 @@ def test_cached_decoding_matches_full_forward(model):
   target[1, 3:] = 0  # trailing padding in the second sequence
   full = _logits(model, source, target)
   memory, bias = model.encode(tf.constant(source), training=False)
-  cache = model.init_decode_cache(memory, max_length=8)
+  cache = model.init_decode_cache(memory, buffer_length=8)
   lengths = [5, 3]
   for i in range(target.shape[1]):
     step_logits, cache = model.decode_step(tf.constant(target[:, i]), tf.constant(i), bias,
@@ -173,7 +173,7 @@ def test_cached_decoding_under_tf_function(model):
   target = _ids(rng, (1, 4))
   full = _logits(model, source, target)
   memory, bias = model.encode(tf.constant(source), training=False)
-  cache = model.init_decode_cache(memory, max_length=6)
+  cache = model.init_decode_cache(memory, buffer_length=6)
   step = tf.function(model.decode_step)
   for i in range(4):
     logits, cache = step(tf.constant(target[:, i]), tf.constant(i), bias, cache)

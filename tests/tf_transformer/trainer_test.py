@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import runtime, trainer
+from tf_transformer import checkpoints, runtime, trainer
 from tf_transformer.bin import shared_flags
 
 WORDS = [chr(ord("a") + i) * 2 for i in range(20)]  # "aa" .. "tt": one subword piece each
@@ -100,8 +100,7 @@ def test_separate_vocabularies_learn_a_word_mapping(tmp_path):
 
 def _checkpoint_weights(model_dir) -> list:
   """The model weights of `model_dir`'s latest checkpoint."""
-  from tf_transformer import inference
-  return [v.numpy() for v in inference.load_for_inference(str(model_dir), "src", "tgt",
+  return [v.numpy() for v in checkpoints.load_for_inference(str(model_dir), "src", "tgt",
                                                           "latest")[0].weights]
 
 
@@ -251,8 +250,6 @@ def test_moving_average_of_the_weights(tmp_path):
   """--ema_decay=d: model_dir/ema holds e_1 = w_1, e_t = d e_(t-1) + (1 - d) w_t over the
   weights w_t after each step (read here from a checkpoint per step, averaged in float64),
   while training goes on from w_t itself."""
-  from tf_transformer import inference
-
   write_reversal_corpus(tmp_path, sizes=(("train", 200), ("val", 10)))
   decay, steps, folder = 0.7, 4, str(tmp_path / "model")
   run = build_trainer(tmp_path, tmp_path / "model", f"--train_steps={steps}", "--save_every=1",
@@ -260,7 +257,7 @@ def test_moving_average_of_the_weights(tmp_path):
   run.train()
 
   def weights(checkpoint):
-    model, _, step = inference.load_for_inference(folder, "src", "tgt", checkpoint)
+    model, _, step = checkpoints.load_for_inference(folder, "src", "tgt", checkpoint)
     return step, [v.numpy().astype(np.float64) for v in model.trainable_variables]
 
   trained = [weights(f"{folder}/ckpt-{step}")[1] for step in range(1, steps + 1)]

@@ -7,12 +7,13 @@ import tensorflow as tf
 
 from data_pipeline import lexical_shortlist
 from data_pipeline.token_ids import EOS_ID, PAD_ID
-from tf_transformer import decoding, inference, shortlist
+from tf_transformer import checkpoints, decoding, shortlist
 from tf_transformer.config import DataConfig
 from tf_transformer.translator import Translator
 
-# the reversal model's shortlist: EOS and up to 8 lexical pieces (a sentence of 6 numbers,
-# "▁w" and its candidates' most frequent number), and the candidates per source piece
+# the reversal model's shortlist, of its 20 pieces: EOS and up to 8 lexical pieces (a sentence
+# of 6 numbers, "▁w" and its candidates' most frequent number), and the candidates per source
+# piece
 REVERSAL_SHORTLIST, REVERSAL_PER_SOURCE = 9, 2
 
 # 5 sentences (a batch bucket of 8) of 1 to 9 tokens (a width bucket of 16)
@@ -21,8 +22,13 @@ TEXTS = ["aa", "bb cc dd", "ee ff gg hh ii", "", "jj kk ll mm nn oo pp qq"]
 
 @pytest.fixture(scope="module")
 def model_and_vocabulary(tiny_model_dir):
-  model, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "en", "de")
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
   return model, vocabulary
+
+
+def _source_ids(model, vocabulary, texts):
+  """int32 [B, S]: the source ids a Translator decodes for `texts` (string [B])."""
+  return Translator(model, vocabulary)._source_ids(texts)
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -77,7 +83,7 @@ PREFIXES = ["vv ww xx yy zz vv ww", "xx", "", "yy", "zz zz zz"]
 
 def test_forced_prefix_ids_score_as_forced_decoding(model_and_vocabulary):
   model, vocabulary = model_and_vocabulary
-  source_ids = Translator._ids(vocabulary.source, tf.constant(TEXTS[:3]))
+  source_ids = _source_ids(model, vocabulary, tf.constant(TEXTS[:3]))
   prefix_ids = vocabulary.target.tokenize(tf.constant(PREFIXES[:3])).to_tensor()
   ids, scores = decoding.decode(model, source_ids, beam_size=3, alpha=0.6,
                                 extra_decode_length=4, prefix_ids=prefix_ids)
@@ -101,7 +107,7 @@ def test_translate_prefix_begins_each_translation_with_its_prefix(model_and_voca
   result = translator.translate_prefix(texts, prefixes)
   plain = translator.translate_nbest(texts)
   # the library's search over the same forced ids
-  source_ids = Translator._ids(vocabulary.source, texts)
+  source_ids = _source_ids(model, vocabulary, texts)
   prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
   _, want_scores = decoding.decode(model, source_ids, beam_size=3, alpha=0.6,
                                    extra_decode_length=4, prefix_ids=prefix_ids)
@@ -127,51 +133,117 @@ def no_candidates_lexicon(vocabulary):
   return lexical_shortlist.Lexicon(table, lexical_shortlist.frequency_order(counts))
 
 
-def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabulary):
+def _texts(tokenizer, ids):
+  """int32 [B, K, L] hypotheses -> their texts, [B][K] str, as a Translator detokenizes them
+  with its target `tokenizer`."""
+  batch, beams = ids.shape[:2]
+  flat = decoding.strip_after_eos(tf.reshape(ids, [batch * beams, -1]))
+  texts = [text.decode() for text in tokenizer.detokenize(flat).numpy()]
+  return [texts[row * beams:(row + 1) * beams] for row in range(batch)]
+
+
+def _bites(model, source_ids, chosen, **search) -> bool:
+  """Whether the search over the whole vocabulary writes pieces outside the shortlist
+  `chosen` (int32 [n])."""
+  ids, _ = decoding.decode(model, source_ids, **search)
+  return bool(set(ids.numpy().ravel()) - set(chosen.numpy()) - {PAD_ID})
+
+
+def _assert_static_search_finds(translator, inputs, want_ids, want_scores):
+  """The XLA `translator`'s search, called directly on `inputs` (source ids, and prefix ids
+  or not) of static shapes, finds `want_ids` (int32 [B, K, L]) with `want_scores` (float32
+  [B, K]). Called before any of its signatures: their search, traced for a batch of any shape,
+  would serve the call (and the static bucket's shortlist would go untested)."""
+  ids, scores = translator._decode(*inputs)
+  tokenizer = translator.target_tokenizer
+  assert _texts(tokenizer, ids) == _texts(tokenizer, want_ids)
+  np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5)
+
+
+# TEXTS' batch bucket of 8 rows at 2 pieces a row: a shortlist of 16 of the 57 pieces, which
+# the prefixes' pieces must enter
+FORCED_SHORTLIST = 2
+
+
+@pytest.mark.parametrize("decode_jit", [False, True])
+def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabulary, decode_jit):
+  """translate_prefix searches the shortlist of its batch's bucket with the prefixes' pieces
+  in it (no lexicon candidate or frequency puts them there): the library's search over that
+  shortlist, its scores log-probabilities of the shortlist; under XLA a direct call of the
+  search on a batch of static shape too."""
   model, vocabulary = model_and_vocabulary
   lexicon = no_candidates_lexicon(vocabulary)
-  translator = Translator(model, vocabulary, beam_size=3, nbest=3, alpha=0.6,
-                          extra_decode_length=4, shortlist_size=8, lexicon=lexicon)
+  search = dict(beam_size=3, alpha=0.6, extra_decode_length=4)
+  translator = Translator(model, vocabulary, nbest=3, decode_jit=decode_jit,
+                          shortlist_size=FORCED_SHORTLIST, lexicon=lexicon, **search)
   texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
   prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
-  source_ids = Translator._ids(vocabulary.source, texts)
-  unforced = shortlist.select(lexicon.table, lexicon.order, source_ids, 8).numpy()
+  source_ids = _source_ids(model, vocabulary, texts)
+  size = FORCED_SHORTLIST * 8
+  chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, size, prefix_ids)
+  unforced = shortlist.select(lexicon.table, lexicon.order, source_ids, size).numpy()
   assert set(prefix_ids.numpy().ravel()) - {PAD_ID} - set(unforced)  # they would be left out
+  assert _bites(model, source_ids, chosen, prefix_ids=prefix_ids, **search)
+  want_ids, want_scores = decoding.decode(model, source_ids, prefix_ids=prefix_ids,
+                                          shortlist=chosen, **search)
+  if decode_jit:
+    _assert_static_search_finds(translator, (source_ids, prefix_ids), want_ids, want_scores)
   result = translator.translate_prefix(texts, prefixes)
-  for row, (text, prefix) in enumerate(zip(TEXTS, PREFIXES)):
+  for row, (text, want) in enumerate(zip(TEXTS, _texts(vocabulary.target, want_ids))):
     if not text.strip():
       continue
     prefix_text = vocabulary.target.detokenize(prefix_ids[row:row + 1])[0].numpy().decode()
     outputs = [output.decode() for output in result["outputs"][row].numpy()]
     assert all(output.startswith(prefix_text) for output in outputs), (prefix_text, outputs)
+    assert outputs == want
+    np.testing.assert_allclose(result["scores"][row].numpy(), want_scores[row].numpy(),
+                               rtol=1e-5)
   # scored as log-probabilities of the shortlist, not as masked-out tokens (about -1e9)
   assert (result["scores"].numpy() > -100).all()
 
 
+# TEXTS' batch bucket of 8 rows at 4 pieces a row: a shortlist of 32 of the 57 pieces
+XLA_SHORTLIST = 4
+
+
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_xla_with_a_shortlist_translates_like_the_graph(model_and_vocabulary, beam_size):
+  """Both paths search the shortlist of the batch's bucket (XLA_SHORTLIST pieces for each of
+  its 8 rows), the library's search over it: the graph path's 5 rows choose it, as do the XLA
+  path's copies of the first row and padding, and a direct call of XLA's search on a batch of
+  static shape."""
   model, vocabulary = model_and_vocabulary
   rng = np.random.default_rng(0)
   table = rng.integers(4, vocabulary.target_size, size=(vocabulary.source_size, 4))
   lexicon = lexical_shortlist.Lexicon(table.astype(np.int32), lexical_shortlist.frequency_order(
       rng.integers(0, 100, vocabulary.target_size)))
-  search = dict(beam_size=beam_size, nbest=beam_size, extra_decode_length=4, shortlist_size=12,
-                lexicon=lexicon)
+  search = dict(beam_size=beam_size, alpha=0.6, extra_decode_length=4)
+  translators = dict(shortlist_size=XLA_SHORTLIST, lexicon=lexicon, nbest=beam_size, **search)
+  source_ids = _source_ids(model, vocabulary, tf.constant(TEXTS))
+  chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, XLA_SHORTLIST * 8)
+  assert _bites(model, source_ids, chosen, **search)
+  want_ids, want_scores = decoding.decode(model, source_ids, shortlist=chosen, **search)
   # (held: a tf.function method holds its module weakly)
-  graph_translator = Translator(model, vocabulary, **search)
-  xla_translator = Translator(model, vocabulary, decode_jit=True, **search)
+  graph_translator = Translator(model, vocabulary, **translators)
+  xla_translator = Translator(model, vocabulary, decode_jit=True, **translators)
+  _assert_static_search_finds(xla_translator, (source_ids,), want_ids, want_scores)
   graph = graph_translator.translate_nbest(tf.constant(TEXTS))
   xla = xla_translator.translate_nbest(tf.constant(TEXTS))
-  # the buckets' extra rows (copies of the first) and padding change no shortlist
   np.testing.assert_array_equal(xla["outputs"].numpy(), graph["outputs"].numpy())
   np.testing.assert_allclose(xla["scores"].numpy(), graph["scores"].numpy(), rtol=1e-5)
+  want = _texts(vocabulary.target, want_ids)
+  for row, text in enumerate(TEXTS):
+    if text.strip():
+      assert [output.decode() for output in graph["outputs"][row].numpy()] == want[row]
+      np.testing.assert_allclose(graph["scores"][row].numpy(), want_scores[row].numpy(),
+                                 rtol=1e-5)
 
 
 @pytest.fixture(scope="module")
 def reversal_lexicon(reversal_model):
   """The lexicon of the reversal model's training data (its data folder: the model's parent)."""
   model_dir = reversal_model[0]
-  _, vocabulary, _ = inference.load_for_inference(str(model_dir), "src", "tgt")
+  _, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "src", "tgt")
   config = DataConfig(data_dir=str(model_dir.parent), src_lang="src", tgt_lang="tgt")
   return lexical_shortlist.from_training_data(config, vocabulary, REVERSAL_PER_SOURCE)
 
@@ -182,16 +254,20 @@ def test_a_shortlist_translates_the_reversal_task_as_the_whole_vocabulary(
   """One sentence a request: a shortlist holds its words (the 2 candidates of a number piece
   are itself and "▁w"), not the task's 13 numbers."""
   model_dir, dev, _ = reversal_model
-  outputs = []
+  outputs, scores = [], []
   for size in (0, REVERSAL_SHORTLIST):
     # converted in place to `precision`: a model each
-    model, vocabulary, _ = inference.load_for_inference(str(model_dir), "src", "tgt")
+    model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "src", "tgt")
     translator = Translator(model, vocabulary, beam_size=2, nbest=2, extra_decode_length=5,
                             precision=precision, shortlist_size=size, lexicon=reversal_lexicon)
-    outputs.append([translator.serve(tf.constant([source]))["outputs"][0].numpy().decode()
-                    for source, _ in dev])
-  # the whole dev set in one request: REVERSAL_SHORTLIST pieces for each of its sentences, so
-  # none crowds out another's (one shortlist of REVERSAL_SHORTLIST for all would)
+    best = [translator.serve(tf.constant([source])) for source, _ in dev]
+    outputs.append([result["outputs"][0].numpy().decode() for result in best])
+    scores.append(np.array([result["scores"][0].numpy() for result in best]))
+  # the shortlist was searched: its scores, normalised over its pieces, are higher
+  assert (scores[1] > scores[0]).all(), scores[1] - scores[0]
+  # the whole dev set in one request: REVERSAL_SHORTLIST pieces for each of its sentences (here
+  # the whole vocabulary: the shortlists of the tests above bite at 5 rows), so none crowds
+  # out another's (one shortlist of REVERSAL_SHORTLIST for all would)
   together = translator.serve(tf.constant([source for source, _ in dev]))["outputs"].numpy()
   assert [output.decode() for output in together] == outputs[0]
   # the dev set writes more pieces than a shortlist holds

@@ -134,7 +134,7 @@ class MultiHeadAttention(keras.layers.Layer):
     return self._project(query, layout, "q_kernel", 1, scale_query=True)[0], key, value
 
   def call(self, query, bias, layout, memory=None, memory_layout=None, cache=None,
-           decode_index=None, training=None):
+           step=None, training=None):
     """Attends from `query` to itself (self-attention) or to `memory` (cross-attention).
 
     Args:
@@ -144,11 +144,11 @@ class MultiHeadAttention(keras.layers.Layer):
       memory: rows [M, d_model] of the encoder output, in `memory_layout` over [B, S];
         cross-attention only, unless `cache` holds its projected keys and values.
       cache: optional dict of decoding state. Self-attention: "key"/"value" buffers
-        [B, H, max_length, D] into which the T new keys/values are written at `decode_index`.
+        [B, H, buffer_length, D] into which the T new keys/values are written at `step`.
         Cross-attention: the output of `project_memory` for B / K sources, where each source
         is shared by K consecutive queries (the hypotheses of a beam); the keys and values are
         used as they are, never copied per query.
-      decode_index: int32 scalar, the position of query[:, 0] (with a self-attention cache).
+      step: int32 scalar, the position of query[:, 0] (with a self-attention cache).
       training: enables attention dropout.
 
     Returns:
@@ -161,7 +161,7 @@ class MultiHeadAttention(keras.layers.Layer):
       context, _ = self._attend(query, key, value, bias, training)
     elif self.self_attention:
       query, key, value = self._project(query, layout, "qkv_kernel", 3)
-      cache = self._write_cache(cache, key, value, decode_index)
+      cache = self._write_cache(cache, key, value, step)
       context, _ = self._attend(self._scaled_query(query), cache["key"], cache["value"], bias,
                                 training)
     else:
@@ -200,15 +200,15 @@ class MultiHeadAttention(keras.layers.Layer):
     return context
 
   @staticmethod
-  def _write_cache(cache, key, value, decode_index):
-    """Returns the buffers with key/value [B, H, T, D] written at time `decode_index`.
+  def _write_cache(cache, key, value, step):
+    """Returns the buffers with key/value [B, H, T, D] written at time `step`.
 
     The buffers keep a static shape so that a decoding loop compiles once (also under XLA);
     the caller's bias hides the positions not written yet. The scatter touches only the
     B * H * T * D new entries (TensorFlow updates the buffer in place when it can).
     """
     batch, heads, length = tf.unstack(tf.shape(key)[:3])
-    b, h, t = tf.meshgrid(tf.range(batch), tf.range(heads), decode_index + tf.range(length),
+    b, h, t = tf.meshgrid(tf.range(batch), tf.range(heads), step + tf.range(length),
                           indexing="ij")
     indices = tf.stack([b, h, t], axis=-1)  # -> [B, H, T, 3]
     return {"key": tf.tensor_scatter_nd_update(cache["key"], indices, key),

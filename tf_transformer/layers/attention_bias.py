@@ -55,18 +55,18 @@ def decoder_self_attention_bias(target_ids: tf.Tensor, dtype=tf.float32) -> tf.T
   return tf.minimum(causal_bias(length, dtype), padding_bias(target_ids, dtype))
 
 
-def cached_step_bias(max_length, decode_index, dtype=tf.float32) -> tf.Tensor:
+def cached_step_bias(buffer_length, step, dtype=tf.float32) -> tf.Tensor:
   """Bias of the decoder's self-attention at one cached decoding step.
 
-  The key/value buffers have `max_length` slots; the slots after `decode_index` are not
+  The key/value buffers have `buffer_length` slots; the slots after `step` are not
   written yet and must stay hidden (the causal mask of a one-token query).
 
   Args:
-    max_length: int32 scalar, the buffers' length.
-    decode_index: int32 scalar, the position of the token being fed.
+    buffer_length: int32 scalar, the buffers' length.
+    step: int32 scalar, the position of the token being fed.
 
   Returns:
-    [1, 1, 1, max_length]: 0 at slots <= decode_index, large negative after.
+    [1, 1, 1, buffer_length]: 0 at slots <= step, large negative after.
   """
-  future = tf.cast(tf.range(max_length) > decode_index, dtype)
+  future = tf.cast(tf.range(buffer_length) > step, dtype)
   return (future * large_negative(dtype))[tf.newaxis, tf.newaxis, tf.newaxis, :]

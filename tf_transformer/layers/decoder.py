@@ -26,15 +26,15 @@ class DecoderLayer(TransformerLayer):
       layer.build(inputs_shape)
     self.cross_attention.build(inputs_shape, inputs_shape)
 
-  def _self_attention_sublayer(self, inputs, bias, layout, cache, decode_index, training):
+  def _self_attention_sublayer(self, inputs, bias, layout, cache, step, training):
     """The self-attention sublayer with its residual block: (output, updated cache)."""
     block = self.self_attention_block
     y, cache = self.self_attention(block.sublayer_input(inputs), bias, layout=layout, cache=cache,
-                                   decode_index=decode_index, training=training)
+                                   step=step, training=training)
     return block(inputs, y, training=training), cache
 
   def call(self, inputs, memory, self_attention_bias, cross_attention_bias, layout,
-           memory_layout=None, cache=None, decode_index=None, training=None):
+           memory_layout=None, cache=None, step=None, training=None):
     """Decodes one layer.
 
     Args:
@@ -43,13 +43,13 @@ class DecoderLayer(TransformerLayer):
       memory: [M, d_model] encoder output rows of `memory_layout` over [batch, source_length]
         (unused when `cache` holds the projected cross-attention keys/values).
       self_attention_bias: float32 [batch or 1, 1, length, length], or
-        [batch or 1, 1, 1, max_length] with a cache.
+        [batch or 1, 1, 1, buffer_length] with a cache.
       cross_attention_bias: float32 [sources, 1, 1, source_length].
       layout, memory_layout: TokenLayouts.
-      cache: dict {"self": {"key", "value"} [batch, heads, max_length, depth],
+      cache: dict {"self": {"key", "value"} [batch, heads, buffer_length, depth],
         "cross": {"key", "value"} [sources, heads, source_length, depth]}, where each source
         serves batch / sources consecutive rows (the hypotheses of a beam).
-      decode_index: int32 scalar, the position of inputs[:, 0] when decoding with a cache.
+      step: int32 scalar, the position of inputs[:, 0] when decoding with a cache.
       training: enables dropout.
 
     Returns:
@@ -57,7 +57,7 @@ class DecoderLayer(TransformerLayer):
     """
     self_cache, cross_cache = (None, None) if cache is None else (cache["self"], cache["cross"])
     x, self_cache = self._self_attention_sublayer(inputs, self_attention_bias, layout,
-                                                  self_cache, decode_index, training)
+                                                  self_cache, step, training)
     block = self.cross_attention_block
     y, _ = self.cross_attention(block.sublayer_input(x), cross_attention_bias, layout=layout,
                                 memory=memory, memory_layout=memory_layout, cache=cross_cache,
@@ -87,11 +87,11 @@ class Decoder(LayerStack):
 
   layer_class = DecoderLayer
 
-  def init_cache(self, memory, max_length: int):
-    """Decoding state for `max_length` steps over the encoder output `memory` [B, S, d_model].
+  def init_cache(self, memory, buffer_length: int):
+    """Decoding state for `buffer_length` steps over the encoder output `memory` [B, S, d_model].
 
     Returns:
-      dict with "self": per layer {"key", "value"} zeros [B, H, max_length, D], the buffers
+      dict with "self": per layer {"key", "value"} zeros [B, H, buffer_length, D], the buffers
       each step writes; and "cross": per layer {"key", "value"} [B, H, S, D], the projected
       memory, fixed for the whole decoding and shared by a source's beam hypotheses (which is
       why the two parts are kept apart: only "self" grows to B * K rows).
@@ -101,13 +101,13 @@ class Decoder(LayerStack):
     for layer in self.stack:
       heads = layer.num_heads
       depth = memory.shape[-1] // heads
-      zeros = tf.zeros([batch, heads, max_length, depth], self.compute_dtype)
+      zeros = tf.zeros([batch, heads, buffer_length, depth], self.compute_dtype)
       self_caches.append({"key": zeros, "value": zeros})
       cross_caches.append(layer.cross_attention.project_memory(memory))
     return {"self": self_caches, "cross": cross_caches}
 
   def call(self, inputs, memory, self_attention_bias, cross_attention_bias, layout,
-           memory_layout=None, cache=None, decode_index=None, training=None):
+           memory_layout=None, cache=None, step=None, training=None):
     """inputs [R, d_model] embedded target rows of `layout` -> (output, cache).
 
     See DecoderLayer.call for the arguments. `cache` is the dict from `init_cache` (its "self"
@@ -127,7 +127,7 @@ class Decoder(LayerStack):
       x, self_cache = layer(x, memory, self_attention_bias, cross_attention_bias, layout=layout,
                             memory_layout=memory_layout,
                             cache={"self": self_cache, "cross": cross_cache},
-                            decode_index=decode_index, training=training)
+                            step=step, training=training)
       self_caches.append(self_cache)
     return self.final_norm(x), {"self": self_caches, "cross": cache["cross"]}
 

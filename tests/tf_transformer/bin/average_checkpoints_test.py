@@ -15,7 +15,8 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from tests import testutil
 from tests.tf_transformer.checkpoints_test import STEPS, write_checkpoints
-from tf_transformer import inference
+
+from tf_transformer import checkpoints
 from tf_transformer.checkpoints import average
 
 LAST = 3
@@ -77,7 +78,7 @@ def test_average_is_the_mean_of_the_last_checkpoints(model_dir):
   assert json.loads((model_dir / "average" / "average.json").read_text()) == {
       "checkpoint": "ckpt-400", "averaged": ["ckpt-200", "ckpt-300", "ckpt-400"]}
   # --checkpoint=average loads it; a new average replaces it
-  model, _, step = inference.load_for_inference(str(model_dir), "en", "de", "average")
+  model, _, step = checkpoints.load_for_inference(str(model_dir), "en", "de", "average")
   assert step == 400 and len(got) == len(model.weights)  # every weight of the model
   np.testing.assert_array_equal(model.target_embedding.embeddings.numpy(),
                                 got[_EMBEDDING].astype(np.float32))
@@ -90,7 +91,7 @@ def test_average_through_a_file_uri(model_dir, tmp_path):
   shutil.copytree(model_dir, tmp_path / "model", ignore=shutil.ignore_patterns("average"))
   uri = f"file://{tmp_path}/model"
   assert average(uri, 2) == f"{uri}/average/ckpt-400"
-  model, _, step = inference.load_for_inference(uri, "en", "de", "average")
+  model, _, step = checkpoints.load_for_inference(uri, "en", "de", "average")
   expected = np.mean([_values(tmp_path / "model" / f"ckpt-{step}")[_EMBEDDING]
                       for step in (300, 400)], axis=0)
   assert step == 400

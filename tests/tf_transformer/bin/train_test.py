@@ -12,7 +12,8 @@ import tensorflow as tf
 from data_pipeline import bucketing
 from tests import testutil
 from tests.tf_transformer.trainer_test import summaries
-from tf_transformer import inference
+
+from tf_transformer import checkpoints
 
 
 def write_corpus(folder, lines=200):
@@ -163,7 +164,7 @@ def test_a_checkpoint_of_another_pipeline_version_resumes_with_new_data_order(tm
 
   def weights(step):
     model_dir = str(tmp_path / "model")
-    model = inference.load_for_inference(model_dir, "src", "tgt", f"{model_dir}/ckpt-{step}")[0]
+    model = checkpoints.load_for_inference(model_dir, "src", "tgt", f"{model_dir}/ckpt-{step}")[0]
     return np.concatenate([w.numpy().ravel() for w in model.weights])
 
   # step 31 went on from step 30's weights: it moved them far less than steps 21-30 did
@@ -215,7 +216,7 @@ def test_multi_worker_on_two_local_processes(tmp_path):
   iterations = [name for name, _ in tf.train.list_variables(checkpoint) if "iterations" in name]
   assert int(tf.train.load_checkpoint(checkpoint).get_tensor(iterations[0])) == 3
   # the model a translation loads is the one trained: each of its weights is in ckpt-3
-  model, _, step = inference.load_for_inference(str(tmp_path / "model"), "src", "tgt")
+  model, _, step = checkpoints.load_for_inference(str(tmp_path / "model"), "src", "tgt")
   saved = collections.Counter(value.tobytes() for value in final_weights(checkpoint).values())
   loaded = collections.Counter(weight.numpy().tobytes() for weight in model.weights)
   assert step == 3 and len(model.weights) == 51 and not loaded - saved

@@ -14,11 +14,12 @@ import tensorflow as tf
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tests import testutil
 from tf_transformer import decoding
-from tf_transformer import inference
+
+from tf_transformer import checkpoints
 from tf_transformer import translation_io
 from tf_transformer.config import DecodeConfig
-from tf_transformer.inference import (InferenceFunctions, TranslationModel, count_words,
-                                      load_inference)
+from tf_transformer.inference import InferenceFunctions, TranslationModel, load_inference
+from tf_transformer.length_batching import count_words
 
 LINES = ["aa bb cc", "", "dd ee", "ff", "", "gg hh ii jj"]
 
@@ -161,7 +162,7 @@ def test_score_equals_the_forced_decoding_score(tiny_model_dir, tmp_path):
   assert result.returncode == 0, result.stderr
   rows = [line.split(" ||| ") for line in result.stdout.split("\n")[:-1]]
   assert [row[1] for row in rows] == targets
-  model, vocabulary, _ = inference.load_for_inference(str(tiny_model_dir), "en", "de")
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
   for (score, _), source_text, target_text in zip(rows, sources, targets):
     ids = [side.tokenize(tf.constant([text])).to_tensor(default_value=PAD_ID)
            for side, text in ((vocabulary.source, source_text), (vocabulary.target, target_text))]
@@ -199,7 +200,7 @@ def test_target_prefix_begins_each_translation(tiny_model_dir, model, tmp_path):
     assert result.returncode == 0, result.stderr
   batched, streamed, nbest = (result.stdout.split("\n")[:-1] for result in results)
   assert batched == streamed == model.translate(LINES, target_prefix=prefixes)
-  target = inference.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
+  target = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
   plain = model.translate(LINES)
   for line, prefix_text, output, best in zip(LINES, prefixes, batched, plain):
     if not line:

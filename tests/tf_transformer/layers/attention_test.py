@@ -194,7 +194,7 @@ def test_self_attention_cache_writes_at_decode_index():
   for i in range(3):
     step_bias = np.where(np.arange(max_length) > i, neg, 0.0).astype(np.float32)
     out, cache = _attend(layer, x[:, i:i + 1], tf.constant(step_bias[None, None, None]),
-                         cache=cache, decode_index=tf.constant(i), training=False)
+                         cache=cache, step=tf.constant(i), training=False)
     np.testing.assert_allclose(out[0, 0], full[0, i], atol=1e-5)
   # slots after the last written position stay zero
   np.testing.assert_array_equal(cache["key"].numpy()[:, :, 3:], 0.0)

@@ -32,18 +32,22 @@ def test_int8_product_is_exact_on_the_int8_grid():
 
 
 def test_int8_product_of_one_static_row_under_xla_keeps_the_kernel_in_int8():
-  # a greedy decoding step at batch 1 multiplies one row; XLA would widen the kernel to int32
-  rng = np.random.default_rng(3)
-  low = low_precision.LowPrecisionKernel(rng.normal(size=(64, 24)).astype(np.float32), "int8",
-                                         "k")
-  rows = tf.constant(rng.normal(size=(3, 64)).astype(np.float32))
-  product = tf.function(lambda r: low.matmul(r, static_rows=True), jit_compile=True)
-  hlo = product.experimental_get_compiler_ir(rows[:1])(stage="optimized_hlo")
-  assert "s8[64,24]" in hlo and "s32[64,24]" not in hlo
-  expected = low.matmul(rows).numpy()  # 3 rows: no padding on either path
-  np.testing.assert_array_equal(product(rows[:1]).numpy(), expected[:1])
-  np.testing.assert_array_equal(product(rows).numpy(), expected)
-  np.testing.assert_array_equal(low.matmul(rows[:1], static_rows=True).numpy(), expected[:1])
+  """A greedy decoding step at batch 1 multiplies one row, for which XLA's CPU backend would
+  widen the kernel to int32: the optimized HLO of the CPU (whatever device the test machine
+  prefers) multiplies the int8 kernel, not an int32 copy of it."""
+  with tf.device("/CPU:0"):
+    rng = np.random.default_rng(3)
+    low = low_precision.LowPrecisionKernel(rng.normal(size=(64, 24)).astype(np.float32),
+                                           "int8", "k")
+    rows = tf.constant(rng.normal(size=(3, 64)).astype(np.float32))
+    product = tf.function(lambda r: low.matmul(r, static_rows=True), jit_compile=True)
+    hlo = product.experimental_get_compiler_ir(rows[:1])(stage="optimized_hlo")
+    assert "s8[64,24]" in hlo and "s32[64,24]" not in hlo
+    expected = low.matmul(rows).numpy()  # 3 rows: no padding on either path
+    np.testing.assert_array_equal(product(rows[:1]).numpy(), expected[:1])
+    np.testing.assert_array_equal(product(rows).numpy(), expected)
+    np.testing.assert_array_equal(low.matmul(rows[:1], static_rows=True).numpy(),
+                                  expected[:1])
 
 
 def test_int8_product_error_within_the_rounding_bound():
