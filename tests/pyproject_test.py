@@ -15,7 +15,7 @@ from tests import testutil
 
 PROJECT = tomllib.loads((testutil.ROOT / "pyproject.toml").read_text())["project"]
 TOOLS = sorted(path.stem for path in (testutil.ROOT / "tf_transformer" / "bin").glob("*.py")
-               if path.stem not in ("__init__", "cli", "stderr_filter"))
+               if path.stem not in ("__init__", "cli", "shared_flags", "stderr_filter"))
 
 
 def _pins() -> dict:
