@@ -118,6 +118,7 @@ def main(argv):
   from data_pipeline.token_ids import EOS_ID
   from tf_transformer import decoding, runtime
   from tf_transformer.model import build_model
+  from tf_transformer.config import DecodeConfig
   from tf_transformer.translator import Translator
 
   strategy = runtime.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
@@ -165,9 +166,10 @@ def main(argv):
     length = FLAGS.tgt_len
     for path, jit in (("function", False), ("function_jit", True)):
       if path in FLAGS.paths:
-        decode = tf.function(lambda ids, beam=beam: decoding.decode(
-            model, ids, beam, 0.6, min_decode_length=length, max_decode_length=length)[0],
-            jit_compile=jit)
+        search = DecodeConfig(beam_size=beam, alpha=0.6, min_decode_length=length,
+                              max_decode_length=length)
+        decode = tf.function(lambda ids, search=search: decoding.decode(model, ids, search)[0],
+                             jit_compile=jit)
         times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
         results.append((path, beam, times))
     for path, jit, precision, shortlisted in (
@@ -183,9 +185,10 @@ def main(argv):
           if lexicon is None:
             lexicon = _random_lexicon(rng, vocabulary.source_size, vocabulary.target_size)
           shortlist = dict(shortlist_size=FLAGS.shortlist_size, lexicon=lexicon)
-        module = Translator(model_in(precision), vocabulary, beam_size=beam, nbest=1,
-                            max_length=FLAGS.max_length, min_decode_length=length,
-                            max_decode_length=length, decode_jit=jit, precision=precision,
+        search = DecodeConfig(beam_size=beam, max_source_length=FLAGS.max_length,
+                              min_decode_length=length, max_decode_length=length,
+                              decode_jit=jit)
+        module = Translator(model_in(precision), vocabulary, search, precision=precision,
                             **shortlist)
         export_dir = os.path.join(FLAGS.workdir, f"{path}_beam{beam}")
         tf.saved_model.save(module, export_dir, signatures=module.signatures())

@@ -53,6 +53,7 @@ def _random_export(tf):
   import numpy as np
 
   from tf_transformer.model import build_model
+  from tf_transformer.config import DecodeConfig
   from tf_transformer.translator import Translator
 
   rng = np.random.default_rng(FLAGS.seed)
@@ -61,9 +62,9 @@ def _random_export(tf):
                                            FLAGS.vocab_size, rng)
   model_config = shared_flags.model_config_from_flags(vocabulary.source_size,
                                                       vocabulary.target_size)
-  module = Translator(build_model(model_config), vocabulary, beam_size=FLAGS.beam_size, nbest=1,
-                      max_length=FLAGS.max_length, extra_decode_length=FLAGS.extra_decode_length,
-                      decode_jit=True, precision=FLAGS.precision)
+  search = DecodeConfig(beam_size=FLAGS.beam_size, max_source_length=FLAGS.max_length,
+                        extra_decode_length=FLAGS.extra_decode_length, decode_jit=True)
+  module = Translator(build_model(model_config), vocabulary, search, precision=FLAGS.precision)
   folder = os.path.join(FLAGS.workdir, "soak_export")
   tf.saved_model.save(module, folder, signatures=module.signatures())
   return folder

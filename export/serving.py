@@ -29,19 +29,16 @@ def next_version(export_dir: str, preferred: int) -> int:
   return preferred if preferred not in taken and preferred > 0 else max(taken + [0]) + 1
 
 
-def input_names(signature) -> list[str]:
-  """The input names of a concrete function saved as a signature, e.g. ["source", "target"]."""
-  return [spec.name for spec in tf.nest.flatten(signature.structured_input_signature)]
-
-
-def _warmup_log(signature_name: str, names, texts):
-  """A PredictionLog of one request to `signature_name` giving `texts` to each input in `names`."""
+def _warmup_log(signature_name: str, specs, texts):
+  """A PredictionLog of one request to `signature_name` giving `texts` to each string input
+  of `specs` (its tf.TensorSpecs) and the numbers 0, 1, ... to each integer one (the seeds)."""
   from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
   request = predict_pb2.PredictRequest(
       model_spec=model_pb2.ModelSpec(signature_name=signature_name))
-  for name in names:
-    request.inputs[name].CopyFrom(tf.make_tensor_proto(texts, dtype=tf.string))
+  for spec in specs:
+    values = texts if spec.dtype == tf.string else list(range(len(texts)))
+    request.inputs[spec.name].CopyFrom(tf.make_tensor_proto(values, dtype=spec.dtype))
   return prediction_log_pb2.PredictionLog(
       predict_log=prediction_log_pb2.PredictLog(request=request))
 
@@ -55,7 +52,8 @@ def write_warmup_requests(version_dir: str, signatures: dict, inputs=WARMUP_INPU
 
   Args:
     version_dir: the SavedModel folder.
-    signatures: {signature name: concrete function}, as saved; every input takes strings [None].
+    signatures: {signature name: concrete function}, as saved; every input is [None], strings
+      or integers.
     inputs: the texts, cycled to fill a batch; `score` gets them as both source and target.
 
   Returns:
@@ -67,7 +65,8 @@ def write_warmup_requests(version_dir: str, signatures: dict, inputs=WARMUP_INPU
     for name, signature in signatures.items():
       for batch in WARMUP_BATCH_SIZES:
         texts = [inputs[i % len(inputs)] for i in range(batch)]
-        writer.write(_warmup_log(name, input_names(signature), texts).SerializeToString())
+        specs = tf.nest.flatten(signature.structured_input_signature)
+        writer.write(_warmup_log(name, specs, texts).SerializeToString())
   return path
 
 
@@ -153,7 +152,7 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode
   """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
   the next version of `export_dir`, with `decode_config`'s search fixed in it and
   `translate_nbest` returning the whole beam, its matrix products' weights in `precision`
-  (see layers.low_precision).
+  (see layers.precisions).
 
   With `shortlist_size` (>= 2 and below the target vocabulary's size; 0: none) every search
   writes only that many target pieces per batch (tf_transformer/shortlist.py), chosen with the
@@ -176,8 +175,8 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode
   if shortlist_size:
     lexicon = lexical_shortlist.from_training_data(data_config, vocabulary, shortlist_per_source)
   decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
-  module = Translator(model, vocabulary, **dataclasses.asdict(decode_config), precision=precision,
-                     shortlist_size=shortlist_size, lexicon=lexicon)
+  module = Translator(model, vocabulary, decode_config, precision=precision,
+                      shortlist_size=shortlist_size, lexicon=lexicon)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
               "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision,
               "shortlist_size": shortlist_size,

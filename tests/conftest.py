@@ -96,11 +96,10 @@ def reversal_export(reversal_model, tmp_path_factory):
   model_dir = reversal_model[0]
 
   def make(folder):
-    search = testutil.REVERSAL_EXPORT_SEARCH
     result = testutil.run_cli(
         "tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
         f"--model_dir={model_dir}", f"--export_dir={folder}", "--nodecode_jit",
-        *(f"--{name}={value}" for name, value in search.items() if name != "nbest"))
+        *testutil.REVERSAL_EXPORT_FLAGS)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().splitlines()[-1]  # the version folder, numbered by the step
 

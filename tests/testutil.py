@@ -18,6 +18,7 @@ import numpy as np
 from absl import flags
 
 from tests import forked
+from tf_transformer import config
 from tf_transformer.bin import shared_flags  # noqa: F401  (parse_flags parses the tools' flags)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -233,7 +234,9 @@ TASK_WORDS = 13  # write_word_task's words: w0 .. w12
 
 
 # the search the reversal_export fixture exports (conftest.py)
-REVERSAL_EXPORT_SEARCH = dict(beam_size=2, nbest=2, max_length=10, extra_decode_length=5)
+REVERSAL_EXPORT_FLAGS = ("--beam_size=2", "--max_length=10", "--extra_decode_length=5")
+REVERSAL_EXPORT_SEARCH = config.DecodeConfig(beam_size=2, nbest=2, max_source_length=10,
+                                             extra_decode_length=5)  # what those flags give
 
 
 def write_word_task(folder, prefix, lines, seed, mapping=lambda n: n):

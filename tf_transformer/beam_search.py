@@ -10,7 +10,7 @@ import tensorflow as tf
 from tf_transformer.layers.attention_bias import large_negative
 
 # finite: -inf * 0 is NaN when a masked score meets a zero length penalty
-_NEG_INF = large_negative(tf.float32)
+NEG_INF = large_negative(tf.float32)
 
 
 def length_penalty(length, alpha: float):
@@ -41,7 +41,7 @@ def _gather_beams(x, indices):
   return tf.gather(x, indices, axis=1, batch_dims=1)
 
 
-def _top_k_rows(x, k: int, chunk: int = 64):
+def top_k_rows(x, k: int, chunk: int = 64):
   """tf.math.top_k(x, k) of x float32 [N, V] by way of chunk maxima (V static; else top_k).
 
   The k largest values of a row lie in the k chunks with the largest maxima (a chunk holding
@@ -84,9 +84,9 @@ def _initial_state(initial_ids, initial_cache, batch, beam_size: int, buffer_len
   cache = tf.nest.map_structure(lambda t: _flatten_beam(_expand_to_beam(t, k)), initial_cache)
   alive_ids = tf.zeros([batch, k, buffer_length], tf.int32)
   # only the first copy of each sentence is live at step 0, or K copies would fill the beam
-  alive_log_probs = tf.tile([[0.0] + [_NEG_INF] * (k - 1)], [batch, 1])
+  alive_log_probs = tf.tile([[0.0] + [NEG_INF] * (k - 1)], [batch, 1])
   finished_ids = tf.zeros([batch, k, buffer_length], tf.int32)
-  finished_scores = tf.fill([batch, k], _NEG_INF)
+  finished_scores = tf.fill([batch, k], NEG_INF)
   last_ids = _expand_to_beam(initial_ids, k)  # -> [B, K]
   return (tf.constant(0), last_ids, alive_ids, alive_log_probs, cache, finished_ids,
           finished_scores)
@@ -107,7 +107,7 @@ def _sentences_done(step, limits, alive_log_probs, finished_scores, alpha: float
   return (best_possible < worst_finished) | (step >= limits)
 
 
-def _force_prefix(logits, prefix_ids, step, beam_size: int):
+def force_prefix(logits, prefix_ids, step, beam_size: int):
   """`logits` with every token but the prefix's at `step` set to a large negative, in the rows
   of the sentences whose prefix is that long; the other rows as they are.
 
@@ -122,7 +122,7 @@ def _force_prefix(logits, prefix_ids, step, beam_size: int):
   forced = padded[:, tf.minimum(step, tf.shape(prefix_ids)[1])]  # -> [B], 0: none
   forced = tf.repeat(forced, beam_size)  # -> [B * K]
   other = tf.not_equal(tf.range(tf.shape(logits)[-1])[tf.newaxis], forced[:, tf.newaxis])
-  return tf.where((forced > 0)[:, tf.newaxis] & other, _NEG_INF, logits)
+  return tf.where((forced > 0)[:, tf.newaxis] & other, NEG_INF, logits)
 
 
 def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, *,
@@ -159,12 +159,12 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
   logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
   logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
   vocab_size = tf.shape(logits)[-1]
-  eos_column = tf.one_hot(eos_id, vocab_size, on_value=_NEG_INF, off_value=0.0)
+  eos_column = tf.one_hot(eos_id, vocab_size, on_value=NEG_INF, off_value=0.0)
   allowed = tf.cond(step + 1 < min_decode_length, lambda: logits + eos_column, lambda: logits)
   if prefix_ids is not None:
-    allowed = _force_prefix(allowed, prefix_ids, step, k)
+    allowed = force_prefix(allowed, prefix_ids, step, k)
   per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
-  row_logits, row_tokens = _top_k_rows(allowed, per_row)  # -> [B * K, 2K]
+  row_logits, row_tokens = top_k_rows(allowed, per_row)  # -> [B * K, 2K]
   row_log_probs = row_logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
   log_probs = _unflatten_beam(row_log_probs, batch, k)  # -> [B, K, 2K]
   log_probs += alive_log_probs[:, :, tf.newaxis]
@@ -198,7 +198,7 @@ def _choose_alive(top_ids, top_log_probs, top_tokens, top_beams, ends, cache, ba
     alive_log_probs: float32 [B, K], their log-probabilities, descending.
     cache: nested structure of [B * K, ...] tensors, in their order.
   """
-  alive_candidates = tf.where(ends, _NEG_INF, top_log_probs)
+  alive_candidates = tf.where(ends, NEG_INF, top_log_probs)
   alive_log_probs, keep = tf.math.top_k(alive_candidates, k=beam_size)  # -> [B, K]
   alive_ids = _gather_beams(top_ids, keep)
   last_ids = _gather_beams(top_tokens, keep)
@@ -227,7 +227,7 @@ def _merge_finished(finished_ids, finished_scores, top_ids, top_log_probs, ends,
     finished_ids: int32 [B, K, L], the K best finished hypotheses.
     finished_scores: float32 [B, K], their scores, descending.
   """
-  new_scores = tf.where(ends, top_log_probs / length_penalty(step + 1, alpha), _NEG_INF)
+  new_scores = tf.where(ends, top_log_probs / length_penalty(step + 1, alpha), NEG_INF)
   scores = tf.concat([finished_scores, new_scores], axis=1)  # -> [B, 3K]
   finished_scores, keep = tf.math.top_k(scores, k=beam_size)
   finished_ids = _gather_beams(tf.concat([finished_ids, top_ids], axis=1), keep)
@@ -265,7 +265,7 @@ def _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, 
   ids = tf.concat([finished_ids, alive_ids], axis=1)  # -> [B, 2K, L]
   is_finished = tf.concat([tf.fill([batch, k], True), tf.fill([batch, k], False)], axis=1)
   # finished ones first (a live hypothesis is only a stand-in), then by score
-  rank = tf.where(is_finished & (scores > _NEG_INF / 2), scores, scores + 2 * _NEG_INF)
+  rank = tf.where(is_finished & (scores > NEG_INF / 2), scores, scores + 2 * NEG_INF)
   _, order = tf.math.top_k(rank, k=k)
   return _gather_beams(ids, order), _gather_beams(scores, order)
 
@@ -333,7 +333,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
         buffer_length=buffer_length, prefix_ids=prefix_ids)
     # a candidate masked out (a forced step, or EOS before min_decode_length) only fills the 2K
     # places: it never counts as finished
-    ends = tf.equal(top_tokens, eos_id) & (top_log_probs > _NEG_INF / 2)
+    ends = tf.equal(top_tokens, eos_id) & (top_log_probs > NEG_INF / 2)
     last_ids, alive_ids, alive_log_probs, cache = _choose_alive(
         top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch, k)
     finished_ids, finished_scores = _merge_finished(

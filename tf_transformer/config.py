@@ -38,6 +38,9 @@ REAL_DOMAINS = {
     "learning_rate": (_finite_and(lambda value: value > 0.0), "a finite number > 0"),
     "clip_norm": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
     "alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0"),
+    "sampling_topp": (_finite_and(lambda value: 0.0 < value <= 1.0), "in (0, 1]"),
+    "sampling_temperature": (_finite_and(lambda value: value >= 0.0),
+                             "a finite number >= 0 (0: the most probable token)"),
 }
 
 # The integer fields' ranges: (lowest, highest or None).
@@ -52,6 +55,8 @@ INTEGER_RANGES = {
     "seed": (0, 2**32 - 1), "num_cpu_devices": (1, None), "max_nonfinite_steps": (1, None),
     "update_freq": (1, None), "average_last": (0, None),
     "beam_size": (1, None), "nbest": (1, None), "extra_decode_length": (1, None),
+    "max_source_length": (1, None), "min_decode_length": (0, None),
+    "max_decode_length": (0, None), "sampling_topk": (0, None),
     "batch_size": (1, None),  # the tools' decoding batches (no config's field)
 }
 
@@ -63,6 +68,10 @@ CHOICES = {
     "distribution": ("default", "mirrored", "multi_worker", "tpu"),
     "on_nonfinite": ("stop", "skip"),
     "mixed_precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
+    "strategy": ("beam", "sample"),  # strategies.STRATEGIES
+    # an export's weights: the names of layers.precisions.PRECISIONS (here, to be read before
+    # TensorFlow loads)
+    "precision": ("float32", "bfloat16", "int8"),
 }
 
 
@@ -171,18 +180,43 @@ class TrainConfig(_Checked):
 
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig(_Checked):
-  """The search used by translation and fixed in an export."""
+  """The search of translation, evaluation and an export, passed whole (strategies.from_config
+  turns it into a search).
+
+  strategy: "beam" (beam_size 1: greedy) or "sample" (random sampling: one draw per output,
+  from softmax(logits / sampling_temperature) restricted to the sampling_topk most probable
+  tokens (0: all) and then to the smallest set of them whose probability reaches
+  sampling_topp; seed makes the draws repeatable). nbest: outputs per source, at most
+  beam_size for a beam search; independent samples for sampling. max_source_length: inputs
+  (and forced prefixes, scored targets) are cut to this many subword pieces.
+  min_decode_length, max_decode_length: optional fixed bounds of an output's length (0: none;
+  without max_decode_length, a sentence gets its source length + extra_decode_length tokens).
+  """
+  strategy: str = "beam"
   beam_size: int = 4
   alpha: float = 0.6
   nbest: int = 1
-  max_length: int = 100
+  sampling_topk: int = 0
+  sampling_topp: float = 1.0
+  sampling_temperature: float = 1.0
+  seed: int = 1234
+  max_source_length: int = 100
   extra_decode_length: int = 50
+  min_decode_length: int = 0
+  max_decode_length: int = 0
   decode_jit: bool = False
 
   def __post_init__(self):
     super().__post_init__()
-    if self.nbest > self.beam_size:
+    if self.strategy == "beam" and self.nbest > self.beam_size:
       raise ConfigError(f"DecodeConfig: nbest={self.nbest} must be at most "
                         f"beam_size={self.beam_size}")
+    if self.max_decode_length and self.min_decode_length > self.max_decode_length:
+      raise ConfigError(f"DecodeConfig: min_decode_length={self.min_decode_length} must be at "
+                        f"most max_decode_length={self.max_decode_length}")
 
-
+  @property
+  def search_key(self) -> "DecodeConfig":
+    """This config with the fields that do not change a compiled search (strategy, nbest,
+    seed) at their defaults: one Translator serves every config of the same key."""
+    return dataclasses.replace(self, strategy="beam", nbest=1, seed=0)

@@ -1,10 +1,13 @@
-"""Decoding a Transformer: the `symbols_to_logits_fn` closure for beam search, and its output."""
+"""Decoding a Transformer: its `symbols_to_logits_fn` under a strategy (beam search, sampling),
+forced decoding (`score`) and the attention behind an output."""
 
 import tensorflow as tf
 
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, decoder_inputs
 from tf_transformer import beam_search
 from tf_transformer import shortlist as shortlist_lib
+from tf_transformer import strategies
+from tf_transformer.config import DecodeConfig
 from tf_transformer.layers.attention_bias import large_negative
 
 
@@ -14,20 +17,16 @@ def never_generated_bias(vocab_size: int):
                                      [large_negative(tf.float32)] * 2)
 
 
-def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
-           extra_decode_length: int = 50, min_decode_length=0, max_decode_length=None,
-           prefix_ids=None, shortlist=None):
-  """Beam search over the model's key/value-cached decoder (see beam_search for beam_size 1).
+def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=None,
+           shortlist=None, seeds=None):
+  """The search of `config` (strategies.from_config) over the model's key/value-cached decoder.
 
   Args:
     model: a Transformer.
     source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
-    beam_size: hypotheses kept per sentence.
-    alpha: GNMT length-penalty exponent.
-    extra_decode_length: each sentence gets at most its source length (EOS included) + this
-      many target tokens (EOS included), whatever the batch it is in.
-    min_decode_length: no EOS before this many tokens.
-    max_decode_length: if given, the fixed maximum instead of source_length + extra (with
+    config: config.DecodeConfig: the strategy and its settings. Each sentence gets at most
+      its source length (EOS included) + extra_decode_length target tokens (EOS included),
+      whatever the batch it is in; with max_decode_length, that fixed number instead (with
       min_decode_length equal to it, every sentence gets exactly that many decoder steps).
     prefix_ids: optional int32 [batch, P], PAD_ID-padded: the first target tokens of each
       translation, forced (a row of PAD_IDs: none). A sentence with a prefix gets at most
@@ -36,12 +35,16 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
       among them, and every id of prefix_ids): the only tokens the search may write. Each step
       computes the logits of those n ids alone (the columns of the output projection are
       gathered once), and the log-probabilities are normalised over them.
+    seeds: int64 [batch], each sentence's seed for random sampling (default: config.seed +
+      its row).
 
   Returns:
-    ids: int32 [batch, beam_size, L], best first, EOS then zeros; L is max_decode_length, or
-      max(source_ids' width, prefix_ids' width) + extra_decode_length.
-    scores: float32 [batch, beam_size], length-normalized log-probabilities.
+    ids: int32 [batch, N, L], best first, EOS then zeros; N is the beam size (1 for
+      sampling); L is max_decode_length, or max(source_ids' width, prefix_ids' width) +
+      extra_decode_length.
+    scores: float32 [batch, N], length-normalized log-probabilities.
   """
+  max_decode_length = config.max_decode_length or None
   buffer_length = max_decode_length
   if max_decode_length is None:
     buffer_length = _width(source_ids)
@@ -51,8 +54,10 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
       static = isinstance(buffer_length, int) and isinstance(prefix_width, int)
       buffer_length = (max if static else tf.maximum)(buffer_length, prefix_width)
       lengths = tf.maximum(lengths, _lengths(prefix_ids))
-    buffer_length += extra_decode_length
-    max_decode_length = lengths + extra_decode_length
+    buffer_length += config.extra_decode_length
+    max_decode_length = lengths + config.extra_decode_length
+  if seeds is None:
+    seeds = config.seed + tf.range(tf.shape(source_ids)[0], dtype=tf.int64)
   memory, cross_bias = model.encode(source_ids, training=False)
   cache = model.init_decode_cache(memory, buffer_length, output_ids=shortlist)
   forbidden = never_generated_bias(model.target_vocab_size)
@@ -65,14 +70,15 @@ def decode(model, source_ids, beam_size: int = 1, alpha: float = 0.6,
   def symbols_to_logits_fn(ids, step, self_cache):
     logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache),
                                           logits_bias=forbidden)
-    if shortlist is not None:  # [B * K, n] -> [B * K, V]: beam search sees the vocabulary
+    if shortlist is not None:  # [B * K, n] -> [B * K, V]: the search sees the vocabulary
       logits = shortlist_lib.spread(logits, positions)
     return logits, new_cache["self"]
 
-  ids, scores = beam_search.beam_search(
-      symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID), cache["self"],
-      beam_size, alpha, max_decode_length, EOS_ID, min_decode_length, buffer_length, prefix_ids)
-  return ids, scores
+  search = strategies.from_config(config)
+  return search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
+                cache["self"], max_decode_length=max_decode_length, eos_id=EOS_ID,
+                min_decode_length=config.min_decode_length, buffer_length=buffer_length,
+                prefix_ids=prefix_ids, seeds=seeds)
 
 
 def _width(ids):

@@ -45,8 +45,9 @@ class Evaluator:
                                                  name="evals_without_improvement")
     self.best_manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), best_dir,
                                                    1, checkpoint_name="ckpt")
-    search = dataclasses.replace(decode_config, beam_size=train_config.eval_beam_size, nbest=1)
-    self.translator = Translator(model, data.vocabulary, **dataclasses.asdict(search))
+    search = dataclasses.replace(decode_config, strategy="beam",
+                                 beam_size=train_config.eval_beam_size, nbest=1)
+    self.translator = Translator(model, data.vocabulary, search)
     self._loss_statistics = metrics.make_loss_statistics(model, train_config.label_smoothing)
     # built once, a pass per evaluation: building it traces its map functions each time
     self._dev_batches = data.dev_batches()

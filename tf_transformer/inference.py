@@ -26,6 +26,9 @@ class InferenceFunctions:
     translate_nbest: fn(string [B]) -> {"outputs": string [B, n], "scores": float32 [B, n]}.
     translate_prefix: fn(string [B], prefix string [B]) -> as translate_nbest, each output
       starting with its prefix (`Translator.translate_prefix`).
+    sample: fn(string [B], seed int64 [B]) -> {"outputs": string [B], "scores": float32 [B]}
+      (`Translator.sample`).
+    sample_prefix: fn(string [B], prefix string [B], seed int64 [B]) -> as sample.
     score: fn(source string [B], target string [B]) -> {"log_prob": float32 [B]}.
     align: fn(string [B]) -> the dict of `Translator.align`.
     count_tokens: fn(texts, side) -> list of int: the tokens of each text, `side` being
@@ -33,6 +36,8 @@ class InferenceFunctions:
   """
   translate_nbest: Callable
   translate_prefix: Callable
+  sample: Callable
+  sample_prefix: Callable
   score: Callable
   align: Callable
   count_tokens: Callable
@@ -46,82 +51,128 @@ class Hypothesis:
   score: float
 
 
+# What a call may change in a SavedModel's search: the rest is compiled into it at export.
+_CHANGEABLE_IN_A_SAVED_MODEL = ("strategy", "nbest", "seed")
+
+
+def sample_seed(seed: int, sentence: int, draw: int) -> int:
+  """The int64 seed of the `draw`-th sample (from 0) of sentence number `sentence` under the
+  run's `seed`: a sentence's first sample is the same whatever the number of samples."""
+  return ((seed + draw * 0x9E3779B1) % 2**31) * 2**32 + sentence % 2**32
+
+
 class TranslationModel:
   """A trained model as Python functions over lists of sentences.
 
   One object over a model directory (at one checkpoint) and an exported SavedModel, returned by
   `load` (`tf_transformer.load`). Sentences go through in batches of similar length and come
-  back in input order; blank ones come back as "". A SavedModel's search (beam size, alpha)
-  was fixed at export; a model directory's may change from call to call (each setting is
-  built once, at its first use).
+  back in input order; blank ones come back as "". A call may change the search
+  (config.DecodeConfig fields as keyword arguments): a model directory's builds each new
+  search once, at its first use; a SavedModel's is fixed at export but for its strategy
+  ("beam" or "sample"), nbest and seed.
 
   Attributes:
     path: the folder loaded.
     is_saved_model: whether it is a SavedModel.
-    decode_config: the search when a call names none (a SavedModel's: its export's).
+    decode_config: the search when a call changes none (a SavedModel's: its export's).
   """
 
   def __init__(self, path: str, is_saved_model: bool, decode_config, functions_for: Callable):
-    """functions_for: fn(beam_size, alpha) -> InferenceFunctions of that search."""
+    """functions_for: fn(config.DecodeConfig) -> InferenceFunctions of that search."""
     self.path = path
     self.is_saved_model = is_saved_model
     self.decode_config = decode_config
     self._functions_for = functions_for
 
-  def functions(self, beam_size: int | None = None,
-                alpha: float | None = None) -> InferenceFunctions:
-    """The batch functions (tensors in and out) of a search (None: `decode_config`'s)."""
-    beam_size = self.decode_config.beam_size if beam_size is None else beam_size
-    alpha = self.decode_config.alpha if alpha is None else alpha
-    fixed = (self.decode_config.beam_size, self.decode_config.alpha)
-    if self.is_saved_model and (beam_size, alpha) != fixed:
-      raise ModelDirError(f"{self.path}: beam_size={fixed[0]} and alpha={fixed[1]} are fixed "
-                          "in this SavedModel at export; export again to change them")
-    if beam_size < 1:
-      raise ModelDirError(f"beam_size must be at least 1, got {beam_size}")
-    return self._functions_for(beam_size, alpha)
+  def search_config(self, **search) -> DecodeConfig:
+    """`decode_config` with the fields of `search` that are not None replaced.
+
+    Raises:
+      ModelDirError: an unknown field, or a SavedModel's field fixed at export changed.
+      ConfigError: a value outside its domain (config.DecodeConfig).
+    """
+    changes = {name: value for name, value in search.items() if value is not None}
+    fields = {field.name for field in dataclasses.fields(DecodeConfig)}
+    unknown = sorted(set(changes) - fields)
+    if unknown:
+      raise ModelDirError(f"unknown search setting {unknown[0]!r}; the settings are "
+                          + ", ".join(sorted(fields)))
+    fixed = sorted(name for name, value in changes.items()
+                   if name not in _CHANGEABLE_IN_A_SAVED_MODEL
+                   and value != getattr(self.decode_config, name))
+    if self.is_saved_model and fixed:
+      exported = " and ".join(f"{name}={getattr(self.decode_config, name)}" for name in fixed)
+      raise ModelDirError(f"{self.path}: {exported} {'is' if len(fixed) == 1 else 'are'} "
+                          "fixed in this SavedModel at export; export again to change "
+                          f"{'it' if len(fixed) == 1 else 'them'}")
+    return dataclasses.replace(self.decode_config, **changes)
+
+  def functions(self, config: DecodeConfig | None = None) -> InferenceFunctions:
+    """The batch functions (tensors in and out) of a search (None: `decode_config`)."""
+    return self._functions_for(config or self.decode_config)
 
   def count_tokens(self, texts: list[str], side: str = "source") -> list[int]:
     """The tokens + </s> of each text on `side` ("source" or "target"), as token batches count
     them: subword tokens (a model directory) or whitespace words (a SavedModel)."""
-    return self.functions(None, None).count_tokens(list(texts), side)
+    return self.functions().count_tokens(list(texts), side)
 
-  def translate(self, sources, *, beam_size: int | None = None, alpha: float | None = None,
-                nbest: int = 1, target_prefix=None, batch_size: int | None = 64,
-                batch_tokens: int | None = None, progress=None):
+  def translate(self, sources, *, nbest: int = 1, target_prefix=None,
+                batch_size: int | None = 64, batch_tokens: int | None = None, progress=None,
+                first_index: int = 0, **search):
     """Translates `sources` (a list of str).
 
     Args:
-      beam_size, alpha: the search (None: `decode_config`'s).
-      nbest: 1 returns the best translation of each source; more returns that many
-        `Hypothesis` (text, score) per source, best first (at most beam_size).
+      nbest: 1 returns one translation of each source; more returns that many `Hypothesis`
+        (text, score) per source: the best first (at most beam_size) of a beam search, or
+        that many independent samples, in the order drawn.
       target_prefix: optional list of str, one per source: each translation starts with it
         (its subword pieces are forced, the search continues after them); "" forces nothing.
       batch_size, batch_tokens: at most this many sentences, or tokens counting padding, a
         batch (see `length_batching.make_batches`).
       progress: optional progress bar, `.update(count done)`.
+      first_index: the number of the first source (a sample's seed is the run's seed and its
+        sentence's number, so a source gets the same samples in any batch or call).
+      search: config.DecodeConfig fields changed for this call (strategy, beam_size, alpha,
+        sampling_topk, sampling_topp, sampling_temperature, seed, ...).
 
     Returns:
       nbest 1: list of str; else a list of lists of Hypothesis.
     """
-    functions = self.functions(beam_size, alpha)
-    beam = self.decode_config.beam_size if beam_size is None else beam_size
-    if not 1 <= nbest <= beam:
-      raise ModelDirError(f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
+    config = self.search_config(nbest=nbest, **search)
+    functions = self.functions(config)
     sources = list(sources)
-    translate = functions.translate_nbest
+    prefixes = None
     if target_prefix is not None:
-      target_prefix = list(target_prefix)
-      if len(target_prefix) != len(sources):
-        raise ModelDirError(f"{len(sources)} sources but {len(target_prefix)} target prefixes: "
+      prefixes = list(target_prefix)
+      if len(prefixes) != len(sources):
+        raise ModelDirError(f"{len(sources)} sources but {len(prefixes)} target prefixes: "
                             "give one prefix per source (\"\" for none)")
-      translate = functions.translate_prefix
+    if config.strategy == "sample":
+      return self._sample(functions, config, sources, prefixes, first_index,
+                          batch_size=batch_size, batch_tokens=batch_tokens, progress=progress)
+    translate = functions.translate_nbest if prefixes is None else functions.translate_prefix
     outputs, scores = translate_texts(translate, sources, batch_size, progress, batch_tokens,
-                                      functions.count_tokens, target_prefix)
-    if nbest == 1:
-      return [hypotheses[0] for hypotheses in outputs]
-    return [[Hypothesis(text, score) for text, score in list(zip(texts, values))[:nbest]]
-            for texts, values in zip(outputs, scores)]
+                                      functions.count_tokens, prefixes)
+    return _hypotheses(outputs, scores, nbest)
+
+  @staticmethod
+  def _sample(functions, config, sources, prefixes, first_index, **batching):
+    """`translate` by random sampling: config.nbest draws of each source, each its own row."""
+    draws = config.nbest
+    rows = [source for source in sources for _ in range(draws)]
+    seeds = [sample_seed(config.seed, first_index + sentence, draw)
+             for sentence in range(len(sources)) for draw in range(draws)]
+    if prefixes is not None:
+      prefixes = [prefix for prefix in prefixes for _ in range(draws)]
+    sample = functions.sample if prefixes is None else functions.sample_prefix
+    progress = batching.pop("progress")
+    outputs, scores = translate_texts(
+        lambda *inputs: {name: value[:, tf.newaxis] for name, value in sample(*inputs).items()},
+        rows, batching["batch_size"], None if progress is None else _Scaled(progress, draws),
+        batching["batch_tokens"], functions.count_tokens, prefixes, seeds)
+    outputs = [[row[0] for row in outputs[i:i + draws]] for i in range(0, len(rows), draws)]
+    scores = [[row[0] for row in scores[i:i + draws]] for i in range(0, len(rows), draws)]
+    return _hypotheses(outputs, scores, draws)
 
   def score(self, sources, targets, *, alpha: float | None = None,
             batch_size: int | None = 64, batch_tokens: int | None = None,
@@ -134,20 +185,40 @@ class TranslationModel:
     if len(sources) != len(targets):
       raise ModelDirError(f"{len(sources)} sources but {len(targets)} targets: score takes "
                           "line-aligned pairs")
-    functions = self.functions(None, alpha)
+    functions = self.functions(self.search_config(alpha=alpha))
     return score_texts(functions.score, sources, targets, batch_size, progress, batch_tokens,
                        functions.count_tokens)
 
-  def align(self, sources, *, beam_size: int | None = None, alpha: float | None = None,
-            batch_size: int | None = 64, batch_tokens: int | None = None, progress=None):
-    """The best translation of each source and its hard alignment (see `hard_alignment`).
+  def align(self, sources, *, batch_size: int | None = 64, batch_tokens: int | None = None,
+            progress=None, **search):
+    """The best translation of each source (beam search) and its hard alignment (see
+    `hard_alignment`); `search` as in `translate`.
 
     Returns:
       (list of str, list of lists of (source piece, target piece) 0-based index pairs).
     """
-    functions = self.functions(beam_size, alpha)
+    functions = self.functions(self.search_config(**search))
     return align_texts(functions.align, list(sources), batch_size, progress, batch_tokens,
                        functions.count_tokens)
+
+
+class _Scaled:
+  """A progress bar over sentences, updated with counts of rows (`draws` rows a sentence)."""
+
+  def __init__(self, progress, draws: int):
+    self._progress, self._draws = progress, draws
+
+  def update(self, rows_done: int):
+    self._progress.update(rows_done // self._draws)
+
+
+def _hypotheses(outputs, scores, nbest: int):
+  """Lists of outputs and of scores per source -> nbest 1: the first output of each; else
+  lists of the first nbest Hypothesis."""
+  if nbest == 1:
+    return [texts[0] for texts in outputs]
+  return [[Hypothesis(text, score) for text, score in list(zip(texts, values))[:nbest]]
+          for texts, values in zip(outputs, scores)]
 
 
 def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = None,
@@ -164,8 +235,9 @@ def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = Non
       latest, average, ema or a checkpoint path (checkpoints.choose_checkpoint).
     src_lang, tgt_lang: the languages whose subword models a model directory with separate
       vocabularies reads (default: the ones it was trained with, from its data.json).
-    search: config.DecodeConfig fields for a model directory (beam_size, alpha, max_length,
-      extra_decode_length, decode_jit); a SavedModel's are fixed at export.
+    search: config.DecodeConfig fields for a model directory (strategy, beam_size, alpha,
+      sampling settings, max_source_length, extra_decode_length, decode_jit); a SavedModel's
+      are fixed at export.
 
   Raises:
     ModelDirError: the folder, its vocabulary or its checkpoint is unusable, in one line.
@@ -186,23 +258,24 @@ def load_model_dir(model_dir: str, src_lang: str, tgt_lang: str, decode_config,
                    checkpoint: str | None = None) -> TranslationModel:
   """The model of `model_dir` at `checkpoint` (None: final), searching with `decode_config`'s
   settings unless a call gives others; tokens are counted as its real subword tokens (truncated
-  to max_length on the source side) + </s>."""
+  to max_source_length on the source side) + </s>."""
   model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint or "final")
   translators = {}
 
-  def functions_for(beam_size, alpha):
-    if (beam_size, alpha) not in translators:
-      settings = dataclasses.replace(decode_config, beam_size=beam_size, alpha=alpha,
-                                     nbest=beam_size)
-      translator = Translator(model, vocabulary, **dataclasses.asdict(settings))
+  def functions_for(config):
+    key = config.search_key  # one Translator per compiled search
+    if key not in translators:
+      translator = Translator(model, vocabulary, dataclasses.replace(key, nbest=key.beam_size))
       # closures keep the module alive: its tf.function methods hold it only weakly
-      translators[beam_size, alpha] = InferenceFunctions(
+      translators[key] = InferenceFunctions(
           lambda texts: translator.translate_nbest(texts),
           lambda texts, prefixes: translator.translate_prefix(texts, prefixes),
+          lambda texts, seeds: translator.sample(texts, seeds),
+          lambda texts, prefixes, seeds: translator.sample_prefix(texts, prefixes, seeds),
           lambda source, target: translator.score(source, target),
           lambda texts: translator.align(texts),
           lambda texts, side: _count_subwords(translator, texts, side))
-    return translators[beam_size, alpha]
+    return translators[key]
 
   return TranslationModel(model_dir, False, decode_config, functions_for)
 
@@ -233,10 +306,13 @@ def load_saved_model(saved_model: str) -> TranslationModel:
   functions = InferenceFunctions(
       lambda texts: signature("translate_nbest")(inputs=texts),
       lambda texts, prefixes: signature("translate_prefix")(inputs=texts, prefix=prefixes),
+      lambda texts, seeds: signature("sample")(inputs=texts, seed=seeds),
+      lambda texts, prefixes, seeds: signature("sample_prefix")(inputs=texts, prefix=prefixes,
+                                                                seed=seeds),
       lambda source, target: signature("score")(source=source, target=target),
       lambda texts: signature("align")(inputs=texts), count_words)
   return TranslationModel(saved_model, True, _export_search(saved_model, loaded),
-                          lambda beam_size, alpha: functions)
+                          lambda config: functions)
 
 
 def _export_search(saved_model: str, loaded) -> DecodeConfig:
@@ -247,6 +323,8 @@ def _export_search(saved_model: str, loaded) -> DecodeConfig:
   if tf.io.gfile.exists(path):
     with tf.io.gfile.GFile(path) as f:
       recorded = json.load(f)
+    if "max_length" in recorded:  # its name in exports before the sampling signatures
+      recorded.setdefault("max_source_length", recorded["max_length"])
     return DecodeConfig(**{key: value for key, value in recorded.items() if key in fields})
   beam = loaded.signatures["translate_nbest"].structured_outputs["outputs"].shape[1]
   return DecodeConfig(beam_size=beam or DecodeConfig.beam_size)
@@ -278,5 +356,5 @@ def _count_subwords(translator: Translator, texts: list[str], side: str) -> list
   tokenizer = translator.source_tokenizer if side == "source" else translator.target_tokenizer
   counts = tokenizer.tokenize(tf.constant(texts)).row_lengths().numpy()
   if side == "source":
-    counts = np.minimum(counts, translator.max_length)
+    counts = np.minimum(counts, translator.max_source_length)
   return [int(count) + 1 for count in counts]

@@ -59,19 +59,21 @@ def _in_batches(fn, rows: list[int], lengths: list[int], total: int, batch_size,
 
 def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 64, progress=None,
                     batch_tokens: int | None = None, count_tokens=None,
-                    prefixes: list[str] | None = None):
+                    prefixes: list[str] | None = None, seeds: list[int] | None = None):
   """Translates `texts` in batches of similar length, keeping their order.
 
   Args:
     translate_nbest: fn(string [B]) -> {"outputs": string [B, n], "scores": float32 [B, n]},
       e.g. `Translator.translate_nbest` or a loaded SavedModel's signature; with `prefixes`,
-      fn(string [B], prefix string [B]) -> the same (`Translator.translate_prefix`).
+      fn(string [B], prefix string [B]) -> the same (`Translator.translate_prefix`); with
+      `seeds` too, fn(string [B], [prefix string [B],] seed int64 [B]) -> the same.
     texts: the sentences; blank ones come back as "" without being decoded.
     batch_size, batch_tokens: the limits of a batch (see `make_batches`).
     progress: optional progress bar (`.update(count done)`) over len(texts), such as
       data_pipeline.progress.ProgressBar.
     count_tokens: fn(texts, side) -> token counts for `batch_tokens` (default `count_words`).
     prefixes: optional target prefixes, one per text ("" forces nothing).
+    seeds: optional sampling seeds, one per text.
 
   Returns:
     (list of n-best output lists, list of n-best score lists), one entry per text.
@@ -83,6 +85,8 @@ def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 
     inputs = [tf.constant([texts[i] for i in rows])]
     if prefixes is not None:
       inputs.append(tf.constant([prefixes[i] for i in rows]))
+    if seeds is not None:
+      inputs.append(tf.constant([seeds[i] for i in rows], tf.int64))
     result = translate_nbest(*inputs)
     for row, hypotheses, row_scores in zip(rows, result["outputs"].numpy(),
                                            np.asarray(result["scores"])):

@@ -216,6 +216,6 @@ def batch_statistics(model, batch, label_smoothing: float, training: bool = True
   # float16 keeps autodiff: its loss scale must reach d loss / d logits before the cast to
   # float16 (the fused pass forms them unscaled, and small probabilities would underflow)
   if training and weights is None and hidden.dtype != tf.float16:
-    return projected_token_statistics(hidden, model.target_embedding.output_kernel(), labels,
-                                      label_smoothing)
+    return projected_token_statistics(hidden, model.target_embedding.output_kernel()[0],
+                                      labels, label_smoothing)
   return token_statistics(model.logits(hidden), labels, label_smoothing, weights)

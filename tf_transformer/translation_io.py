@@ -29,7 +29,7 @@ def read_lines(path: str | None) -> list[str]:
 
 def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=False,
                       first_index: int = 0, target_prefix: list[str] | None = None,
-                      **batching) -> list[str]:
+                      search: dict | None = None, **batching) -> list[str]:
   """The output of each text: its translation line(s), each ending in a newline.
 
   Args:
@@ -38,33 +38,39 @@ def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=F
     nbest: 1: the best translation; more: `index ||| translation ||| score` lines.
     print_alignment: the best translation + ` ||| ` + its `src-tgt` piece alignment.
     target_prefix: optional prefixes, one per text, that the translations start with.
+    search: DecodeConfig fields for this call (strategy, seed: see TranslationModel.translate).
     batching: batch_size, batch_tokens, progress (see TranslationModel.translate).
   """
+  search = search or {}
   if print_alignment:
     outputs, alignments = model.align(texts, **batching)
     return [f"{output} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}\n"
             for output, pairs in zip(outputs, alignments)]
   if nbest == 1:
     return [output + "\n" for output in
-            model.translate(texts, target_prefix=target_prefix, **batching)]
+            model.translate(texts, target_prefix=target_prefix, first_index=first_index,
+                            **search, **batching)]
   return ["".join(f"{index} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
                   for hypothesis in hypotheses)
           for index, hypotheses in enumerate(
-              model.translate(texts, nbest=nbest, target_prefix=target_prefix, **batching),
+              model.translate(texts, nbest=nbest, target_prefix=target_prefix,
+                              first_index=first_index, **search, **batching),
               first_index)]
 
 
 def translate_stream(model, lines, out, nbest: int = 1, print_alignment: bool = False,
-                     prefixes=None):
+                     prefixes=None, search: dict | None = None):
   """Translates each of `lines` (an iterator) as soon as it comes and writes its answer to
   `out` at once: a terminal or a pipe that waits for each answer is served line by line.
-  `prefixes`: an optional iterator of target prefixes, one per line."""
+  `prefixes`: an optional iterator of target prefixes, one per line; `search`: as in
+  `translation_lines`."""
   for index, line in enumerate(lines):
     prefix = None if prefixes is None else [next(prefixes, None)]
     if prefix == [None]:
       raise FlagError(f"line {index + 1} of the input has no target prefix: the prefixes must "
                       "be line-aligned with the input")
-    out.write(translation_lines(model, [line], nbest, print_alignment, index, prefix)[0])
+    out.write(translation_lines(model, [line], nbest, print_alignment, index, prefix,
+                                search)[0])
     out.flush()
 
 

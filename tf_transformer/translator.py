@@ -7,14 +7,20 @@ while traced functions that close over the model and capture its variables save 
 nothing but tensorflow and tensorflow_text.
 """
 
+import dataclasses
+import functools
+
 import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
 from tf_transformer import shortlist as shortlist_lib
-from tf_transformer.layers import low_precision
+from tf_transformer import strategies
+from tf_transformer.config import DecodeConfig
+from tf_transformer.layers import precisions
 
 _STRINGS = tf.TensorSpec([None], tf.string)
+_SEEDS = tf.TensorSpec([None], tf.int64)
 _WIDTH_BUCKET = 16
 # A subword piece is at most 16 characters (SentencePiece's max_sentencepiece_length) of at most
 # 4 bytes, with white space around it: the bytes of a text that its first pieces can come from.
@@ -26,6 +32,13 @@ def _rows(strings):
   shape it declares, and a scalar or a matrix would otherwise fail deep inside the search.
   The error reads "Shape of tensor inputs [] is not compatible with expected shape [?]"."""
   return tf.ensure_shape(strings, [None])
+
+
+def _same_rows(signature: str, inputs, other, name: str):
+  """An assertion that `other` has as many rows as `inputs`."""
+  return tf.debugging.assert_equal(
+      tf.size(inputs), tf.size(other),
+      message=f"{signature}: inputs and {name} must have the same number of rows")
 
 
 def _bucket_rows(batch):
@@ -46,23 +59,24 @@ class _Untracked:
 
 class Translator(tf.Module):
   """Signatures `serving_default`, `translate_nbest`, `translate_prefix`, `score` and `align`
-  over a Transformer.
+  (beam search), and `sample` and `sample_prefix` (random sampling), over a Transformer.
 
   Args:
     model: the Transformer (its variables are tracked, the object is not).
     vocabulary: data_pipeline.tokenizer.Vocabulary with the source/target tokenizers.
-    beam_size, alpha, nbest: the search, fixed at export.
-    max_length: longer inputs are truncated to this many subword tokens.
-    extra_decode_length: outputs stop at source length + this many tokens.
-    min_decode_length, max_decode_length: optional fixed bounds of the output length (the
-      decoding benchmark sets both, so every system compared does the same work).
-    decode_jit: XLA-compile the search (tokenization stays outside: XLA has no string ops).
-      XLA compiles once per input shape, so batches are padded to shape buckets first.
+    config: config.DecodeConfig, fixed here: the beam signatures search with its beam_size and
+      alpha and return its nbest best; the sampling signatures draw with its sampling_topk,
+      sampling_topp, sampling_temperature (and alpha for their scores); its strategy and seed
+      are not used here (the caller picks the signature, the sampling ones take a seed per
+      row). Inputs are cut to max_source_length subword pieces; outputs stop at source length +
+      extra_decode_length pieces, or at max_decode_length. decode_jit XLA-compiles the searches
+      (tokenization stays outside: XLA has no string ops); XLA compiles once per input shape,
+      so batches are padded to shape buckets first.
     max_batch_size: larger requests to every signature are decoded (or scored) this many
       sentences at a time, so that a request's memory is bounded whatever its size.
-    precision: the weights of the matrix products, one of low_precision.PRECISIONS:
-      "bfloat16" and "int8" convert `model` in place (low_precision.convert), and the module
-      then holds those copies instead of the float32 matrices they replace.
+    precision: the weights of the matrix products, a name of precisions.PRECISIONS:
+      a lower one converts `model` in place (precisions.convert), and the module then holds
+      those copies instead of the float32 matrices they replace.
     shortlist_size: 0, or n >= 2: every search (not `score`) of B sentences writes only the
       n * B' target ids (B' = B rounded up to a power of two) that shortlist.select chooses
       for its batch from `lexicon` (the pieces of a forced prefix among them), normalising its
@@ -72,19 +86,15 @@ class Translator(tf.Module):
       the module as variables); required with a shortlist.
   """
 
-  def __init__(self, model, vocabulary, beam_size: int = 4, alpha: float = 0.6, nbest: int = 4,
-               max_length: int = 100, extra_decode_length: int = 50,
-               min_decode_length: int = 0, max_decode_length: int | None = None,
-               decode_jit: bool = False, max_batch_size: int = 64, precision: str = "float32",
-               shortlist_size: int = 0, lexicon=None):
+  def __init__(self, model, vocabulary, config: DecodeConfig = DecodeConfig(), *,
+               max_batch_size: int = 64, precision: str = "float32", shortlist_size: int = 0,
+               lexicon=None):
     super().__init__(name="translator")
-    if not 1 <= nbest <= beam_size:
-      raise ValueError(f"nbest must be in [1, beam_size={beam_size}], got {nbest}")
     if shortlist_size < 0 or shortlist_size == 1:
       raise ValueError(f"shortlist_size must be 0 (none) or at least 2, got {shortlist_size}")
     if 0 < shortlist_size < model.target_vocab_size and lexicon is None:
       raise ValueError("a shortlist_size needs the lexicon to choose the shortlists from")
-    added, replaced = low_precision.convert(model, precision)
+    added, replaced = precisions.convert(model, precision)
     replaced = {variable.path for variable in replaced}
     self.model_variables = [v.value for v in model.variables if v.path not in replaced] + added
     self.precision = precision
@@ -93,12 +103,9 @@ class Translator(tf.Module):
     # out of tf.Module's tracking (a list is tracked): saved through it, every variable would
     # be saved a second time, and the float32 matrices a lower precision replaces with them
     self._model = _Untracked(model)
-    self.beam_size, self.alpha, self.nbest = beam_size, alpha, nbest
-    self.max_length, self.extra_decode_length = max_length, extra_decode_length
-    self.min_decode_length, self.max_decode_length = min_decode_length, max_decode_length
-    search = dict(beam_size=beam_size, alpha=alpha, extra_decode_length=extra_decode_length,
-                  min_decode_length=min_decode_length, max_decode_length=max_decode_length)
-    self.decode_jit = decode_jit
+    self.config = _Untracked(config)
+    self.nbest = min(config.nbest, config.beam_size)  # of the beam signatures
+    self.max_source_length = config.max_source_length
     self.max_batch_size = max_batch_size
     self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0
     size, table, order = self.shortlist_size, None, None
@@ -110,7 +117,7 @@ class Translator(tf.Module):
 
     vocab_size = model.target_vocab_size
 
-    def search_ids(ids, prefix_ids=None):
+    def search_ids(strategy, ids, prefix_ids=None, seeds=None):
       # one shortlist per call, the union of what the batch's sentences need: `size` pieces
       # for each sentence, so that a larger batch crowds out none of their candidates
       # (the rows of the batch's shape bucket, which XLA's path pads it to, so that both paths
@@ -122,25 +129,33 @@ class Translator(tf.Module):
         shortlist = shortlist_lib.select(table, order, ids, batch_size, prefix_ids)
       elif size and size * rows < vocab_size:  # XLA's static shape bucket
         shortlist = shortlist_lib.select(table, order, ids, size * rows, prefix_ids)
-      return decoding.decode(model, ids, prefix_ids=prefix_ids, shortlist=shortlist, **search)
+      search = dataclasses.replace(config, strategy=strategy)
+      return decoding.decode(model, ids, search, prefix_ids, shortlist, seeds)
 
     # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code
     # made up much of a small run's start-up)
-    self._search_ids = tf.function(search_ids, jit_compile=decode_jit, autograph=False)
+    self._searches = {
+        strategy: tf.function(functools.partial(search_ids, strategy),
+                              jit_compile=config.decode_jit, autograph=False)
+        for strategy in strategies.STRATEGIES}
 
-  def _decode(self, source_ids, prefix_ids=None):
-    """int32 [B, S] (and optional forced prefixes int32 [B, P], see decoding.decode) -> (ids
-    int32 [B, beam_size, L], scores float32 [B, beam_size])."""
-    if not self.decode_jit:
-      return self._search_ids(source_ids, prefix_ids)
+  def _decode(self, source_ids, prefix_ids=None, seeds=None, strategy: str = "beam"):
+    """int32 [B, S] (optional forced prefixes int32 [B, P] and int64 seeds [B], see
+    decoding.decode) -> (ids int32 [B, N, L], scores float32 [B, N]), N the beam size (1 for
+    sampling)."""
+    search = self._searches[strategy]
+    if not self.config.value.decode_jit:
+      return search(source_ids, prefix_ids, seeds)
     batch = tf.shape(source_ids)[0]
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
     # sentence's search stops at its own length limit, so neither changes its result)
     padded_batch = _bucket_rows(batch)
-    padded = [self._bucketed(ids, padded_batch - batch) for ids in (source_ids, prefix_ids)
-              if ids is not None]
-    ids, scores = self._search_ids(*padded)
+    padded = [None if ids is None else self._bucketed(ids, padded_batch - batch)
+              for ids in (source_ids, prefix_ids)]
+    if seeds is not None:
+      seeds = tf.concat([seeds, tf.tile(seeds[:1], [padded_batch - batch])], axis=0)
+    ids, scores = search(*padded, seeds)
     return ids[:batch], scores[:batch]
 
   @staticmethod
@@ -153,11 +168,12 @@ class Translator(tf.Module):
     return tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
 
   def _pieces_of(self, tokenizer, texts):
-    """string [B] -> ragged int32 [B, (<= max_length)]: the first max_length subword pieces of
-    each text, tokenized from at most its first _BYTES_PER_PIECE * max_length bytes, so that
+    """string [B] -> ragged int32 [B, (<= max_source_length)]: the first max_source_length
+    subword pieces of each text, tokenized from at most its first _BYTES_PER_PIECE *
+    max_source_length bytes, so that
     a line of any size costs bounded memory (SentencePiece's lattice takes ~200 bytes a byte)."""
-    heads = tf.strings.substr(texts, 0, _BYTES_PER_PIECE * self.max_length)
-    return tokenizer.tokenize(heads)[:, :self.max_length]
+    heads = tf.strings.substr(texts, 0, _BYTES_PER_PIECE * self.max_source_length)
+    return tokenizer.tokenize(heads)[:, :self.max_source_length]
 
   def _ids(self, tokenizer, texts):
     """string [B] -> int32 [B, L]: `_pieces_of` each text + EOS, PAD_ID-padded."""
@@ -166,7 +182,7 @@ class Translator(tf.Module):
         default_value=PAD_ID)
 
   def _source_ids(self, texts):
-    """string [B] -> int32 [B, S], truncated to max_length tokens before EOS."""
+    """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""
     return self._ids(self.source_tokenizer, texts)
 
   def _in_chunks(self, fn, outputs, *inputs):
@@ -194,23 +210,34 @@ class Translator(tf.Module):
 
   def _search(self, texts, prefixes=None):
     """string [B] (and their target prefixes, string [B]) -> (string [B, nbest], float32
-    [B, nbest]), max_batch_size rows at a time."""
+    [B, nbest]) by beam search, max_batch_size rows at a time."""
     inputs = (texts,) if prefixes is None else (texts, prefixes)
-    return self._in_chunks(self._search_chunk, [([self.nbest], tf.string),
-                                                ([self.nbest], tf.float32)], *inputs)
+    return self._in_chunks(functools.partial(self._search_chunk, self.nbest, "beam"),
+                           [([self.nbest], tf.string), ([self.nbest], tf.float32)], *inputs)
 
-  def _search_chunk(self, texts, prefixes=None):
-    """string [B] (and target prefixes string [B]) -> (string [B, nbest], float32 [B, nbest]);
-    blank input -> "" with score 0."""
+  def _sample(self, texts, seeds, prefixes=None):
+    """string [B], int64 seeds [B] (and target prefixes, string [B]) -> (string [B], float32
+    [B]): one sample each, max_batch_size rows at a time."""
+    inputs = (texts, seeds) if prefixes is None else (texts, seeds, prefixes)
+    outputs, scores = self._in_chunks(
+        lambda texts, seeds, prefixes=None: self._search_chunk(1, "sample", texts, prefixes,
+                                                               seeds),
+        [([1], tf.string), ([1], tf.float32)], *inputs)
+    return outputs[:, 0], scores[:, 0]
+
+  def _search_chunk(self, count: int, strategy: str, texts, prefixes=None, seeds=None):
+    """string [B] (target prefixes string [B], int64 seeds [B]) -> the `count` best outputs
+    of the `strategy` search (string [B, count], float32 [B, count]); blank input -> "" with
+    score 0."""
     prefix_ids = None
     if prefixes is not None:
       prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
           default_value=PAD_ID)
-    ids, scores = self._decode(self._source_ids(texts), prefix_ids)
-    ids, scores = ids[:, :self.nbest], scores[:, :self.nbest]
+    ids, scores = self._decode(self._source_ids(texts), prefix_ids, seeds, strategy)
+    ids, scores = ids[:, :count], scores[:, :count]
     batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
-    flat = decoding.strip_after_eos(tf.reshape(ids, [batch * self.nbest, length]))
-    outputs = tf.reshape(self.target_tokenizer.detokenize(flat), [batch, self.nbest])
+    flat = decoding.strip_after_eos(tf.reshape(ids, [batch * count, length]))
+    outputs = tf.reshape(self.target_tokenizer.detokenize(flat), [batch, count])
     blank = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)[:, tf.newaxis]
     return tf.where(blank, "", outputs), tf.where(blank, 0.0, scores)
 
@@ -232,25 +259,48 @@ class Translator(tf.Module):
 
     inputs, prefix: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}:
     each translation of inputs[i] starts with prefix[i]'s subword pieces (its first
-    max_length), forced, and the search continues from there; an empty prefix forces nothing
-    (the translation of `translate_nbest`). Scores are those of the whole output, prefix
-    included.
+    max_source_length), forced, and the search continues from there; an empty prefix forces
+    nothing (the translation of `translate_nbest`). Scores are those of the whole output,
+    prefix included.
     """
     inputs, prefix = _rows(inputs), _rows(prefix)
-    with tf.control_dependencies([tf.debugging.assert_equal(
-        tf.size(inputs), tf.size(prefix),
-        message="translate_prefix: inputs and prefix must have the same number of rows")]):
+    with tf.control_dependencies([_same_rows("translate_prefix", inputs, prefix, "prefix")]):
       outputs, scores = self._search(inputs, prefix)
+    return {"outputs": outputs, "scores": scores}
+
+  @tf.function(input_signature=[_STRINGS, _SEEDS])
+  def sample(self, inputs, seed):
+    """Random sampling (back-translation): one output per row, drawn from the model's
+    distribution as the export's sampling settings filter it (strategies.RandomSampling).
+
+    inputs: string [B], seed: int64 [B] -> {"outputs": string [B], "scores": float32 [B]}:
+    a row's output depends on its text and seed alone (not on the batch it is in); rows with
+    the same text and different seeds are independent samples. The scores are the model's
+    log-probabilities of the outputs over the length penalty, as `score` gives them.
+    """
+    inputs, seed = _rows(inputs), _rows(seed)
+    with tf.control_dependencies([_same_rows("sample", inputs, seed, "seed")]):
+      outputs, scores = self._sample(inputs, seed)
+    return {"outputs": outputs, "scores": scores}
+
+  @tf.function(input_signature=[_STRINGS, _STRINGS, _SEEDS])
+  def sample_prefix(self, inputs, prefix, seed):
+    """`sample` with each output starting with prefix[i]'s subword pieces, forced (see
+    `translate_prefix`): string [B], string [B], int64 [B] -> as `sample`."""
+    inputs, prefix, seed = _rows(inputs), _rows(prefix), _rows(seed)
+    with tf.control_dependencies([_same_rows("sample_prefix", inputs, prefix, "prefix"),
+                                  _same_rows("sample_prefix", inputs, seed, "seed")]):
+      outputs, scores = self._sample(inputs, seed, prefix)
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS])
   def score(self, source, target):
     """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha.
 
-    Both sides are cut at max_length subword pieces (then </s>), as the searches cut their
+    Both sides are cut at max_source_length subword pieces (then </s>), as the searches cut their
     input: the memory of a request is bounded whatever a client sends, and one overlong pair
     fails no other pair of a batch TF Serving merged it into. A cut target's score is that of
-    its first max_length pieces.
+    its first max_source_length pieces.
 
     Over the whole target vocabulary, even with a shortlist: a given target may hold any
     piece, and its log-probability is the model's (the searches' scores, normalised over
@@ -265,7 +315,7 @@ class Translator(tf.Module):
   def _score_chunk(self, source, target):
     """source, target: string [B] -> (float32 [B],)."""
     return (decoding.score(self._model.value, self._source_ids(source),
-                           self._ids(self.target_tokenizer, target), self.alpha),)
+                           self._ids(self.target_tokenizer, target), self.config.value.alpha),)
 
   @tf.function(input_signature=[_STRINGS])
   def align(self, inputs):
@@ -282,7 +332,7 @@ class Translator(tf.Module):
     inputs = _rows(inputs)
     source_ids = self._source_ids(inputs)  # the request's width, which every chunk keeps
     width = tf.shape(source_ids)[1]
-    length = self.max_decode_length or width + self.extra_decode_length
+    length = self._output_width(width)
     outputs, target_ids, attention = self._in_chunks(
         self._align_chunk, [([], tf.string), ([length], tf.int32), ([length, width], tf.float32)],
         inputs, source_ids)
@@ -291,10 +341,15 @@ class Translator(tf.Module):
             "target_tokens": self._pieces(self.target_tokenizer, target_ids),
             "attention": attention}
 
+  def _output_width(self, source_width):
+    """T: the width of the ids of a search of sources `source_width` wide."""
+    config = self.config.value
+    return config.max_decode_length or source_width + config.extra_decode_length
+
   def _align_chunk(self, inputs, source_ids):
     """string [B], int32 [B, S] -> (string [B], ids int32 [B, T], float32 [B, T, S]) as
     `align` returns them, T being S + extra_decode_length (or max_decode_length)."""
-    length = self.max_decode_length or tf.shape(source_ids)[1] + self.extra_decode_length
+    length = self._output_width(tf.shape(source_ids)[1])
     best = self._decode(source_ids)[0][:, 0]
     # no sentence writes past its own limit, so the bucketed XLA search's extra width is PAD
     best = tf.pad(best[:, :length], [[0, 0], [0, length - tf.shape(best[:, :length])[1]]])
@@ -313,5 +368,7 @@ class Translator(tf.Module):
     return {"serving_default": self.serve.get_concrete_function(),
             "translate_nbest": self.translate_nbest.get_concrete_function(),
             "translate_prefix": self.translate_prefix.get_concrete_function(),
+            "sample": self.sample.get_concrete_function(),
+            "sample_prefix": self.sample_prefix.get_concrete_function(),
             "score": self.score.get_concrete_function(),
             "align": self.align.get_concrete_function()}

@@ -24,7 +24,7 @@ def main(argv):
 
   from data_pipeline.token_ids import BOS_ID, EOS_ID
   from tf_transformer import beam_search, decoding
-  from tf_transformer.config import ModelConfig
+  from tf_transformer.config import DecodeConfig, ModelConfig
   from tf_transformer.model import build_model
 
   vocab, length = 8000, 30
@@ -50,12 +50,13 @@ def main(argv):
                                           beam, 0.6, length, 0, length, length)
     return tf.gather(shortlist, out), scores
 
+  def search(beam):
+    return DecodeConfig(beam_size=beam, alpha=0.6, min_decode_length=length,
+                        max_decode_length=length)
+
   kinds = {
-      "full": lambda ids, beam: decoding.decode(model, ids, beam, 0.6, min_decode_length=length,
-                                                max_decode_length=length),
-      "spread": lambda ids, beam: decoding.decode(model, ids, beam, 0.6, min_decode_length=length,
-                                                  max_decode_length=length,
-                                                  shortlist=shortlist),
+      "full": lambda ids, beam: decoding.decode(model, ids, search(beam)),
+      "spread": lambda ids, beam: decoding.decode(model, ids, search(beam), shortlist=shortlist),
       "in_space": in_space,
   }
   for beam in (4, 1):

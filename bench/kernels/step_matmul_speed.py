@@ -10,7 +10,7 @@ decoding step does with the decoder's weights. Kinds:
   - split_rows: each row a matrix-vector product of its own (XLA emits its own vectorized
     kernel for one row, Eigen's for more);
   - bfloat16: rows and kernel in bfloat16, as the bfloat16 export multiplies;
-  - int8: the int8 export's product (layers/low_precision.py): int8 rows and kernel, int32 sums;
+  - int8: the int8 export's product (layers/precisions.py): int8 rows and kernel, int32 sums;
   - int8_by_column: the same int8 product with the kernel stored [N, K] and the rows
     multiplying it from the right (kernel @ rows^T, transposed back);
   - int8_dequantized: the int8 kernel converted to float32 inside the step, float32 product;
@@ -41,7 +41,7 @@ def _product(kind, rows, kernel):
   import keras
   import tensorflow as tf
 
-  from tf_transformer.layers.low_precision import LowPrecisionKernel
+  from tf_transformer.layers import precisions
   if kind == "float32":
     return tf.matmul(rows, kernel)
   if kind == "float32_transposed":
@@ -61,7 +61,7 @@ def _product(kind, rows, kernel):
     quantized, row_scale = keras.quantizers.abs_max_quantize(rows, axis=-1)
     sums = tf.linalg.matmul(values, quantized, transpose_b=True, output_type=tf.int32)
     return tf.cast(tf.transpose(sums), tf.float32) * (scale / row_scale)
-  assert isinstance(kernel, LowPrecisionKernel)
+  assert isinstance(kernel, precisions.Kernel)
   return kernel.matmul(rows)
 
 
@@ -69,7 +69,7 @@ def _kernels(kind, count, k, n, rng):
   import numpy as np
   import tensorflow as tf
 
-  from tf_transformer.layers.low_precision import LowPrecisionKernel
+  from tf_transformer.layers import precisions
   kernels = []
   for index in range(count):
     w = rng.normal(scale=0.05, size=(k, n)).astype(np.float32)
@@ -80,9 +80,9 @@ def _kernels(kind, count, k, n, rng):
     elif kind == "float32_transposed":
       kernels.append(tf.constant(w.T.copy()))
     elif kind in ("bfloat16", "int8"):
-      kernels.append(LowPrecisionKernel(w, kind, f"k{index}"))
+      kernels.append(precisions.PRECISIONS[kind].from_matrix(w, f"k{index}"))
     else:
-      low = LowPrecisionKernel(w, "int8", f"k{index}")
+      low = precisions.Int8Kernel.from_matrix(w, f"k{index}")
       values = tf.transpose(low.values) if kind == "int8_by_column" else low.values
       kernels.append((values, low.scale))
   return kernels

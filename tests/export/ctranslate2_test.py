@@ -78,6 +78,7 @@ def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint="final")
   hypothesis that ended on the way, which may be shorter than the argmax path).
   """
   from tf_transformer import decoding
+  from tf_transformer.config import DecodeConfig
   from tf_transformer.checkpoints import load_for_inference
 
   model, vocabulary, _ = load_for_inference(str(model_dir), *langs, checkpoint)
@@ -88,8 +89,8 @@ def _ours(model_dir, sources, beam_size, langs=("en", "de"), checkpoint="final")
     best = _argmax_paths(model, source, [len(row) + 1 + EXTRA for row in rows])
   else:  # one sentence at a time, as CTranslate2 is run: a search's near ties may go either
     # way with the rounding of another batch shape
-    search = tf.function(lambda ids: decoding.decode(model, ids, beam_size, alpha=0.6,
-                                                     extra_decode_length=EXTRA)[0][0, 0],
+    config = DecodeConfig(beam_size=beam_size, alpha=0.6, extra_decode_length=EXTRA)
+    search = tf.function(lambda ids: decoding.decode(model, ids, config)[0][0, 0],
                          input_signature=[tf.TensorSpec([1, None], tf.int32)])
     best = [search(tf.constant([row + [EOS_ID]])).numpy().tolist() for row in rows]
   return pieces, [ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids for ids in best]

@@ -50,6 +50,19 @@ TABLES = {
                                              False),
         "row counts differ": ("source=[b'aa', b'bb'], target=[b'cc']", True),
     },
+    "sample": {
+        **{name: (f"inputs={rows}, seed=list(range(len({rows})))", False)
+           for name, rows in _LONG.items()},
+        "seeds at the int64 limits": ("inputs=[b'aa'] * 3, seed=[-2**63, -1, 2**63 - 1]", False),
+        "a scalar seed": ("inputs=[b'aa'], seed=3", True),
+        "row counts differ": ("inputs=[b'aa', b'bb'], seed=[1]", True),
+    },
+    "sample_prefix": {
+        **{name: (f"inputs={rows}, prefix={rows}, seed=list(range(len({rows})))", False)
+           for name, rows in _LONG.items()},
+        "a 5,000-word prefix": ("inputs=[b'aa'], prefix=[b'bb ' * 5000], seed=[1]", False),
+        "row counts differ": ("inputs=[b'aa', b'bb'], prefix=[b'cc', b'dd'], seed=[1]", True),
+    },
 }
 
 # every table in one process of its own, as TF Serving holds a model: nothing but tensorflow
@@ -62,11 +75,16 @@ import tensorflow_text  # noqa: F401  (the SentencePiece ops)
 signatures = tf.saved_model.load(sys.argv[1]).signatures
 tables = json.loads(sys.argv[2])
 peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-tensors = lambda **named: {key: tf.constant(value, tf.string) for key, value in named.items()}
+
+def tensors(signature, **named):
+  specs = signatures[signature].structured_input_signature[1]
+  return {key: tf.constant(value, specs[key].dtype) for key, value in named.items()}
+
 for name in tables:
   rows = [b"aa bb cc"] * %d
-  names = signatures[name].structured_input_signature[1]
-  signatures[name](**tensors(**{key: rows for key in names}))
+  specs = signatures[name].structured_input_signature[1]
+  signatures[name](**tensors(name, **{key: rows if spec.dtype == tf.string else
+                                      list(range(len(rows))) for key, spec in specs.items()}))
 report = {}
 for signature, table in tables.items():
   start, outcomes = peak(), {}
@@ -74,7 +92,7 @@ for signature, table in tables.items():
     try:
       inputs = eval("dict(" + arguments + ")")
       result = {key: value.numpy()
-                for key, value in signatures[signature](**tensors(**inputs)).items()}
+                for key, value in signatures[signature](**tensors(signature, **inputs)).items()}
       rows = len(next(iter(inputs.values())))
       whole = all(value.shape[0] == rows for value in result.values())
       finite = all(bool(tf.reduce_all(tf.math.is_finite(value))) for value in result.values()
@@ -122,7 +140,7 @@ def test_every_hostile_request_returns_or_fails_in_bounded_memory(report, signat
 def test_a_target_over_the_limit_scores_as_its_first_pieces(tiny_model_dir):
   """load().score (and so translate --score) cuts the target at max_length pieces, as the
   source: a 5,000-word target scores as its first MAX_LENGTH pieces."""
-  model = tf_transformer.load(str(tiny_model_dir), beam_size=2, max_length=MAX_LENGTH)
+  model = tf_transformer.load(str(tiny_model_dir), beam_size=2, max_source_length=MAX_LENGTH)
   words = ["aa", "bb", "cc"] * 2000
   pieces = model.count_tokens([" ".join(words[:MAX_LENGTH])], "target")[0] - 1
   assert pieces == MAX_LENGTH  # one piece a word: the cut text is the first 32 words

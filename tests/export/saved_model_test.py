@@ -17,10 +17,13 @@ import tensorflow as tf
 from data_pipeline.token_ids import EOS_ID
 from tests import testutil
 from tf_transformer import checkpoints, decoding
+from tf_transformer.config import DecodeConfig
 from tf_transformer.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
           "x" * 5000]
+SIGNATURES = ("serving_default", "translate_nbest", "translate_prefix", "sample", "sample_prefix",
+              "score", "align")
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +88,7 @@ def test_warmup_requests_cover_every_signature_and_replay(exported, loaded):
     outputs = signature(**inputs)  # replayed as TF Serving replays it at load
     assert sorted(outputs) == sorted(signature.structured_outputs), name
     assert all(tensor.shape[0] == batch for tensor in outputs.values()), name
-  assert batches == {name: [1, 8] for name in
-                     ("serving_default", "translate_nbest", "translate_prefix", "score", "align")}
+  assert batches == {name: [1, 8] for name in SIGNATURES}
 
 
 def test_saved_model_cli_shows_the_signatures(exported):
@@ -95,7 +97,7 @@ def test_saved_model_cli_shows_the_signatures(exported):
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr
   shown = result.stdout
-  for name in ("serving_default", "translate_nbest", "translate_prefix", "score", "align"):
+  for name in SIGNATURES:
     assert f"signature_def['{name}']" in shown
   serving = shown.split("signature_def['serving_default']")[1].split("signature_def[")[0]
   assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING" in serving
@@ -103,6 +105,8 @@ def test_saved_model_cli_shows_the_signatures(exported):
   assert "outputs['scores'] tensor_info:\n        dtype: DT_FLOAT" in serving
   prefix = shown.split("signature_def['translate_prefix']")[1].split("signature_def[")[0]
   assert "inputs['prefix'] tensor_info:\n        dtype: DT_STRING" in prefix
+  sample = shown.split("signature_def['sample']")[1].split("signature_def[")[0]
+  assert "inputs['seed'] tensor_info:\n        dtype: DT_INT64\n        shape: (-1)" in sample
   score = shown.split("signature_def['score']")[1].split("signature_def[")[0]
   assert "outputs['log_prob'] tensor_info:\n        dtype: DT_FLOAT" in score
   align = shown.split("signature_def['align']")[1].split("signature_def[")[0]
@@ -124,6 +128,10 @@ prefixed = model.signatures["translate_prefix"](inputs=inputs, prefix=tf.constan
 score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
 many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
 align = model.signatures["align"](inputs=inputs)
+seeds = tf.range(tf.size(inputs), dtype=tf.int64)
+sampled = model.signatures["sample"](inputs=inputs, seed=seeds)
+sampled_prefix = model.signatures["sample_prefix"](inputs=inputs, prefix=tf.constant(
+    json.loads(sys.argv[3])), seed=seeds)
 modules = {name.split(".")[0] for name in sys.modules}
 print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules - imported),
                   "outputs": [o.decode() for o in best["outputs"].numpy()],
@@ -138,7 +146,10 @@ print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules -
                                     for row in align["source_tokens"].numpy()],
                   "target_tokens": [[t.decode() for t in row]
                                     for row in align["target_tokens"].numpy()],
-                  "attention": align["attention"].numpy().tolist()}))
+                  "attention": align["attention"].numpy().tolist(),
+                  "sampled": [o.decode() for o in sampled["outputs"].numpy()],
+                  "sampled_scores": sampled["scores"].numpy().tolist(),
+                  "sampled_prefix": [o.decode() for o in sampled_prefix["outputs"].numpy()]}))
 """
 
 
@@ -173,8 +184,8 @@ def _prefixes() -> list[str]:
 def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
   loaded = _run_fresh(exported / "1", INPUTS, _prefixes())
   model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
-  module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
-                      extra_decode_length=5)
+  module = Translator(model, vocabulary, DecodeConfig(beam_size=2, nbest=2, max_source_length=32,
+                                                     extra_decode_length=5))
   expected = module.serve(tf.constant(INPUTS))
   assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
   np.testing.assert_allclose(loaded["scores"], expected["scores"].numpy(), rtol=1e-5)
@@ -190,6 +201,14 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
   prefixed = module.translate_prefix(tf.constant(INPUTS), tf.constant(_prefixes()))
   assert loaded["prefixed"] == [[o.decode() for o in row] for row in prefixed["outputs"].numpy()]
   np.testing.assert_allclose(loaded["prefixed_scores"], prefixed["scores"].numpy(), rtol=1e-5)
+  seeds = tf.range(len(INPUTS), dtype=tf.int64)
+  sampled = module.sample(tf.constant(INPUTS), seeds)
+  assert loaded["sampled"] == [o.decode() for o in sampled["outputs"].numpy()]
+  np.testing.assert_allclose(loaded["sampled_scores"], sampled["scores"].numpy(), rtol=1e-5)
+  sampled_prefix = module.sample_prefix(tf.constant(INPUTS), tf.constant(_prefixes()), seeds)
+  assert loaded["sampled_prefix"] == [o.decode() for o in sampled_prefix["outputs"].numpy()]
+  assert all(output.startswith(prefix) for output, prefix, text in zip(
+      loaded["sampled_prefix"], _prefixes(), INPUTS) if text.strip())
 
   # align: the same best translation, with attention rows over the pieces read and written
   assert loaded["align_outputs"] == loaded["outputs"]
@@ -238,8 +257,9 @@ def test_reduced_precision_export_loads_with_only_tensorflow(model_dir, exported
   model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   # compiled by XLA as the export is: a rounding step of int8 or bfloat16 turns the last bit of
   # a float32 difference between XLA and TensorFlow's kernels into a visible one
-  module = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
-                      extra_decode_length=5, decode_jit=True, precision=precision)
+  module = Translator(model, vocabulary, DecodeConfig(
+      beam_size=2, nbest=2, max_source_length=32, extra_decode_length=5, decode_jit=True),
+                      precision=precision)
   expected = module.serve(tf.constant(INPUTS))
   assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
   np.testing.assert_allclose(loaded["scores"], expected["scores"].numpy(), rtol=1e-5)
@@ -355,11 +375,10 @@ def _export_reversal(model_dir, export_dir, *args) -> pathlib.Path:
   """reversal_model (its folder `model_dir`) exported to `export_dir` as reversal_export is
   (without XLA, testutil.REVERSAL_EXPORT_SEARCH's search), with the flags `args`: the version
   folder."""
-  search = testutil.REVERSAL_EXPORT_SEARCH
   result = testutil.run_cli(
       "tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
       f"--model_dir={model_dir}", f"--export_dir={export_dir}", "--nodecode_jit",
-      *(f"--{name}={value}" for name, value in search.items() if name != "nbest"), *args)
+      *testutil.REVERSAL_EXPORT_FLAGS, *args)
   assert result.returncode == 0, result.stderr
   return pathlib.Path(result.stdout.strip().splitlines()[-1])
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer.beam_search import _top_k_rows, beam_search, length_penalty
+from tf_transformer.beam_search import top_k_rows, beam_search, length_penalty
 
 EOS, START, VOCAB, MAX_LENGTH = 1, 2, 5, 4
 TABLE = np.random.default_rng(0).normal(size=(MAX_LENGTH, VOCAB, VOCAB, VOCAB)).astype("float32")
@@ -124,7 +124,7 @@ def test_top_k_by_chunk_maxima_equals_top_k(vocab_size, k):
                   .reshape(12, vocab_size).astype(np.float32))  # distinct values: no ties
   # the largest values of some rows crowded into one chunk
   x = tf.tensor_scatter_nd_update(x, [[0, i] for i in range(k)], [1e6 + i for i in range(k)])
-  values, indices = _top_k_rows(x, k)
+  values, indices = top_k_rows(x, k)
   want_values, want_indices = tf.math.top_k(x, k=k)
   np.testing.assert_array_equal(values.numpy(), want_values.numpy())
   np.testing.assert_array_equal(indices.numpy(), want_indices.numpy())
@@ -132,7 +132,7 @@ def test_top_k_by_chunk_maxima_equals_top_k(vocab_size, k):
 
 def test_top_k_rows_without_a_static_vocabulary_size():
   x = np.random.default_rng(5).permutation(2 * 500).reshape(2, 500).astype(np.float32)
-  top_k = tf.function(lambda x: _top_k_rows(x, 4),
+  top_k = tf.function(lambda x: top_k_rows(x, 4),
                       input_signature=[tf.TensorSpec([None, None], tf.float32)])
   values, indices = top_k(tf.constant(x))
   want_values, want_indices = tf.math.top_k(x, k=4)

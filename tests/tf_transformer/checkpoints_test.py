@@ -16,7 +16,7 @@ from tests import testutil
 from tf_transformer import checkpoints
 from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import DataConfig, ModelConfig
+from tf_transformer.config import DataConfig, DecodeConfig, ModelConfig
 from tf_transformer.model import Transformer
 from tf_transformer.translator import Translator
 
@@ -141,8 +141,8 @@ def _nbest(folder, checkpoint, texts):
   `checkpoint` give, decoded here with _translate's search."""
   model, vocabulary, _ = checkpoints.load_for_inference(str(folder), "en", "de",
                                                       f"{folder}/{checkpoint}")
-  translator = Translator(model, vocabulary, beam_size=2, nbest=2, max_length=32,
-                          extra_decode_length=4)
+  translator = Translator(model, vocabulary, DecodeConfig(
+      beam_size=2, nbest=2, max_source_length=32, extra_decode_length=4))
   outputs, scores = length_batching.translate_texts(translator.translate_nbest, texts)
   return [(index, hypothesis, score)
           for index, (row, row_scores) in enumerate(zip(outputs, scores))

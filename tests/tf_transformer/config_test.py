@@ -84,7 +84,9 @@ def test_flag_errors_name_the_flag():
                                           config.TrainConfig, config.DecodeConfig])
 def test_every_config_field_is_the_flag_of_the_same_name(config_class):
   from_data = {"source_vocab_size", "target_vocab_size"}  # the vocabulary gives these
-  names = {field.name for field in dataclasses.fields(config_class)} - from_data
+  # --max_length: a model cuts its inputs where its training cut the pairs
+  from_other_flags = {"max_source_length"}
+  names = {field.name for field in dataclasses.fields(config_class)} - from_data - from_other_flags
   assert names <= set(flags.FLAGS), names - set(flags.FLAGS)
 
 
@@ -95,7 +97,7 @@ def test_configs_take_the_flag_values_by_name():
   model = shared_flags.model_config_from_flags(11, 12)
   assert (model.source_vocab_size, model.target_vocab_size) == (11, 12)
   assert (model.dropout_rate, model.relu_dropout_rate, model.shared_vocab) == (0.25, 0.05, False)
-  assert shared_flags.decode_config_from_flags().max_length == 37
+  assert shared_flags.decode_config_from_flags().max_source_length == 37
   assert shared_flags.decode_config_from_flags().nbest == 2
   assert shared_flags.data_config_from_flags().max_length == 37
   assert shared_flags.train_config_from_flags().learning_rate == 3.5
@@ -136,7 +138,17 @@ def test_real_valued_flags_are_refused_outside_their_domain_when_parsed(name, ba
     (config.DecodeConfig, {"alpha": float("inf")}, "alpha=inf must be a finite number >= 0"),
     (config.DecodeConfig, {"alpha": -0.5}, "alpha=-0.5 must be a finite number >= 0"),
     (config.DecodeConfig, {"nbest": 5, "beam_size": 4}, "nbest=5 must be at most beam_size=4"),
-    (config.DecodeConfig, {"max_length": 0}, "max_length=0 must be an integer >= 1"),
+    (config.DecodeConfig, {"max_source_length": 0},
+     "max_source_length=0 must be an integer >= 1"),
+    (config.DecodeConfig, {"strategy": "nucleus"},
+     "strategy='nucleus' must be one of beam, sample"),
+    (config.DecodeConfig, {"sampling_topk": -1}, "sampling_topk=-1 must be an integer >= 0"),
+    (config.DecodeConfig, {"sampling_topp": 0.0}, "sampling_topp=0.0 must be in (0, 1]"),
+    (config.DecodeConfig, {"sampling_topp": 1.5}, "sampling_topp=1.5 must be in (0, 1]"),
+    (config.DecodeConfig, {"sampling_temperature": -0.5},
+     "sampling_temperature=-0.5 must be a finite number >= 0"),
+    (config.DecodeConfig, {"min_decode_length": 9, "max_decode_length": 8},
+     "min_decode_length=9 must be at most max_decode_length=8"),
     (config.ModelConfig, {"attention_dropout_rate": 1.0},
      "attention_dropout_rate=1.0 must be in [0, 1)"),
     (config.ModelConfig, {"d_model": 30, "num_heads": 4},
@@ -159,11 +171,15 @@ def test_configs_built_in_python_check_their_domains(config_class, fields, messa
 def test_every_flag_domain_is_its_config_fields():
   """The flags take their bounds and choices from config's tables, so a flag and its field
   cannot disagree."""
+  # the vocabulary gives these; max_source_length is --max_length's
+  flag_of = {"source_vocab_size": None, "target_vocab_size": None,
+             "max_source_length": "max_length"}
   for name, (low, high) in config.INTEGER_RANGES.items():
-    if name in ("source_vocab_size", "target_vocab_size"):
-      continue  # the vocabulary gives these
-    parser = flags.FLAGS[name].parser
+    if flag_of.get(name, name) is None:
+      continue
+    parser = flags.FLAGS[flag_of.get(name, name)].parser
     assert (parser.lower_bound, parser.upper_bound) == (low, high), name
+  from tf_transformer.bin import export_saved_model  # noqa: F401  (defines --precision)
   for name, choices in config.CHOICES.items():
     assert flags.FLAGS[name].parser.enum_values == list(choices), name
 

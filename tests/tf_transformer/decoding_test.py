@@ -10,6 +10,7 @@ from data_pipeline.token_ids import BOS_ID, EOS_ID
 from tests import testutil
 from tf_transformer import decoding, shortlist
 from tf_transformer.beam_search import length_penalty
+from tf_transformer.config import DecodeConfig
 from tf_transformer.model import Transformer
 
 EXTRA = 6
@@ -34,7 +35,7 @@ def full_log_probs(model, source, prefix):
 
 def test_greedy_equals_full_recomputation(model_and_sources):
   model, sources = model_and_sources
-  ids, _ = decoding.decode(model, sources, beam_size=1, extra_decode_length=EXTRA)
+  ids, _ = decoding.decode(model, sources, DecodeConfig(beam_size=1, extra_decode_length=EXTRA))
   for row, source in enumerate(sources):
     prefix = [BOS_ID]
     for _ in range(np.count_nonzero(source) + EXTRA):  # each sentence's own limit
@@ -48,8 +49,8 @@ def test_greedy_equals_full_recomputation(model_and_sources):
 def test_beam_scores_equal_forced_decode_scores(model_and_sources):
   model, sources = model_and_sources
   alpha = 0.6
-  ids, scores = decoding.decode(model, sources, beam_size=4, alpha=alpha, min_decode_length=3,
-                                extra_decode_length=EXTRA)
+  ids, scores = decoding.decode(model, sources, DecodeConfig(
+      beam_size=4, alpha=alpha, min_decode_length=3, extra_decode_length=EXTRA))
   for row, source in enumerate(sources):
     for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
       tokens = list(hypothesis)
@@ -66,15 +67,17 @@ def test_beam_scores_equal_forced_decode_scores(model_and_sources):
 
 def test_beam_is_at_least_as_good_as_greedy(model_and_sources):
   model, sources = model_and_sources
-  _, greedy = decoding.decode(model, sources, beam_size=1, alpha=0.6, extra_decode_length=EXTRA)
-  _, beam = decoding.decode(model, sources, beam_size=4, alpha=0.6, extra_decode_length=EXTRA)
+  _, greedy = decoding.decode(model, sources, DecodeConfig(beam_size=1, alpha=0.6,
+                                                          extra_decode_length=EXTRA))
+  _, beam = decoding.decode(model, sources, DecodeConfig(beam_size=4, alpha=0.6,
+                                                        extra_decode_length=EXTRA))
   assert (beam[:, 0].numpy() >= greedy[:, 0].numpy() - 1e-5).all()
 
 
 def test_score_equals_the_beam_search_score(model_and_sources):
   model, sources = model_and_sources
-  ids, scores = decoding.decode(model, sources, beam_size=3, alpha=0.6, min_decode_length=2,
-                                extra_decode_length=EXTRA)
+  ids, scores = decoding.decode(model, sources, DecodeConfig(
+      beam_size=3, alpha=0.6, min_decode_length=2, extra_decode_length=EXTRA))
   for rank in range(3):
     targets = ids[:, rank]
     # forced decoding scores the same hypotheses, padded differently (trailing zeros)
@@ -87,8 +90,8 @@ def test_score_equals_the_beam_search_score(model_and_sources):
 
 def test_xla_compiled_search_decodes_the_same(model_and_sources):
   model, sources = model_and_sources
-  search = lambda ids: decoding.decode(model, ids, beam_size=2, alpha=0.6, min_decode_length=2,
-                                       extra_decode_length=EXTRA)
+  config = DecodeConfig(beam_size=2, alpha=0.6, min_decode_length=2, extra_decode_length=EXTRA)
+  search = lambda ids: decoding.decode(model, ids, config)
   ids, scores = tf.function(search)(sources)
   jit_ids, jit_scores = tf.function(search, jit_compile=True)(sources)
   np.testing.assert_array_equal(jit_ids.numpy(), ids.numpy())
@@ -97,7 +100,7 @@ def test_xla_compiled_search_decodes_the_same(model_and_sources):
 
 def test_attention_of_the_best_hypothesis(model_and_sources):
   model, sources = model_and_sources
-  ids, _ = decoding.decode(model, sources, beam_size=2, extra_decode_length=EXTRA)
+  ids, _ = decoding.decode(model, sources, DecodeConfig(beam_size=2, extra_decode_length=EXTRA))
   attention = decoding.attention(model, sources, ids[:, 0])
   assert attention.shape == (3, sources.shape[1] + EXTRA, sources.shape[1])
   attention = attention.numpy()
@@ -111,7 +114,8 @@ def test_attention_of_the_best_hypothesis(model_and_sources):
     # the batch (its padding, its longer sentences) changes neither a sentence's translation
     # nor its attention
     alone = sources[row:row + 1, :source_length]
-    ids_alone, _ = decoding.decode(model, alone, beam_size=2, extra_decode_length=EXTRA)
+    ids_alone, _ = decoding.decode(model, alone,
+                                   DecodeConfig(beam_size=2, extra_decode_length=EXTRA))
     attention_alone = decoding.attention(model, alone, ids_alone[:, 0]).numpy()[0]
     width = ids_alone.shape[2]
     np.testing.assert_array_equal(ids_alone.numpy()[0, 0], tokens[:width])
@@ -148,9 +152,10 @@ def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one(model_and_so
                                                                      beam_size):
   model, sources = model_and_sources
   everything = tf.constant(np.random.default_rng(0).permutation(24), tf.int32)
-  search = dict(beam_size=beam_size, alpha=0.6, min_decode_length=2, extra_decode_length=EXTRA)
-  ids, scores = decoding.decode(model, sources, **search)
-  listed_ids, listed_scores = decoding.decode(model, sources, shortlist=everything, **search)
+  search = DecodeConfig(beam_size=beam_size, alpha=0.6, min_decode_length=2,
+                        extra_decode_length=EXTRA)
+  ids, scores = decoding.decode(model, sources, search)
+  listed_ids, listed_scores = decoding.decode(model, sources, search, shortlist=everything)
   np.testing.assert_array_equal(listed_ids.numpy(), ids.numpy())
   np.testing.assert_allclose(listed_scores.numpy(), scores.numpy(), rtol=1e-6)
 
@@ -159,9 +164,10 @@ def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one(model_and_so
 def test_a_shortlisted_search_writes_its_ids_scored_over_them(model_and_sources, beam_size):
   model, sources = model_and_sources
   alpha = 0.6
-  search = dict(beam_size=beam_size, alpha=alpha, min_decode_length=3, extra_decode_length=EXTRA)
-  ids, scores = decoding.decode(model, sources, shortlist=tf.constant(SHORTLIST), **search)
-  unlisted, _ = decoding.decode(model, sources, **search)
+  search = DecodeConfig(beam_size=beam_size, alpha=alpha, min_decode_length=3,
+                        extra_decode_length=EXTRA)
+  ids, scores = decoding.decode(model, sources, search, shortlist=tf.constant(SHORTLIST))
+  unlisted, _ = decoding.decode(model, sources, search)
   assert set(unlisted.numpy().ravel()) - set(SHORTLIST) - {0}  # the shortlist changes things
   for row, source in enumerate(sources):
     for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
@@ -185,8 +191,9 @@ def test_xla_compiled_shortlisted_search_decodes_the_same(model_and_sources):
 
   def search(source_ids):
     ids = shortlist.select(table, order, source_ids, 10)
-    return decoding.decode(model, source_ids, beam_size=2, alpha=0.6, min_decode_length=2,
-                           extra_decode_length=EXTRA, shortlist=ids) + (ids,)
+    return decoding.decode(model, source_ids, DecodeConfig(
+        beam_size=2, alpha=0.6, min_decode_length=2, extra_decode_length=EXTRA),
+                           shortlist=ids) + (ids,)
 
   ids, scores, listed = tf.function(search)(sources)
   jit_ids, jit_scores, jit_listed = tf.function(search, jit_compile=True)(sources)
@@ -194,3 +201,28 @@ def test_xla_compiled_shortlisted_search_decodes_the_same(model_and_sources):
   assert set(ids.numpy().ravel()) <= set(listed.numpy()) | {0}
   np.testing.assert_array_equal(jit_ids.numpy(), ids.numpy())
   np.testing.assert_allclose(jit_scores.numpy(), scores.numpy(), rtol=1e-4)
+
+
+def test_a_samples_score_is_its_forced_decoding_score_and_its_draws_its_seeds(model_and_sources):
+  """Sampling the real model through its key/value cache: each sample's score equals the
+  forced decoding of its tokens (a full forward pass); a source's sample depends on its seed
+  alone, the shortlist and prefix are kept."""
+  model, sources = model_and_sources
+  config = DecodeConfig(strategy="sample", alpha=0.6, sampling_temperature=1.3,
+                        extra_decode_length=EXTRA)
+  seeds = tf.constant([7, 8, 9], tf.int64)
+  ids, scores = decoding.decode(model, sources, config, seeds=seeds)
+  assert ids.shape[:2] == (3, 1)
+  np.testing.assert_allclose(decoding.score(model, sources, ids[:, 0], alpha=0.6).numpy(),
+                             scores.numpy()[:, 0], rtol=1e-5)
+  alone, _ = decoding.decode(model, sources[1:2], config, seeds=seeds[1:2])
+  width = alone.shape[2]  # the batch's widest source gives the batch more room
+  np.testing.assert_array_equal(alone.numpy()[0, 0], ids.numpy()[1, 0, :width])
+  others, _ = decoding.decode(model, sources, config, seeds=seeds + 100)
+  assert (others.numpy() != ids.numpy()).any()
+  listed = tf.constant([EOS_ID, 5, 9, 12, 17, 20])
+  prefix = tf.constant([[12, 5], [0, 0], [9, 0]])
+  within, _ = decoding.decode(model, sources, config, prefix_ids=prefix, shortlist=listed,
+                              seeds=seeds)
+  assert set(within.numpy().ravel()) <= set(listed.numpy()) | {0}
+  assert within.numpy()[0, 0, :2].tolist() == [12, 5] and within.numpy()[2, 0, 0] == 9

@@ -14,6 +14,7 @@ from tests import testutil
 from tf_transformer import checkpoints, final_weights, metrics
 from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
+from tf_transformer.config import DecodeConfig
 from tf_transformer.model import build_model
 from tf_transformer.translator import Translator
 
@@ -42,7 +43,7 @@ def test_the_run_records_every_dev_score_and_keeps_the_winner(reversal_model):
 
 
 def _dev_bleu(model, vocabulary, dev):
-  translator = Translator(model, vocabulary, beam_size=1, nbest=1, extra_decode_length=8)
+  translator = Translator(model, vocabulary, DecodeConfig(beam_size=1, extra_decode_length=8))
   sources, references = (list(side) for side in zip(*dev))
 
   def score():

@@ -16,7 +16,7 @@ from tf_transformer import decoding, inference
 from tf_transformer import length_batching
 from tf_transformer import checkpoints
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import DecodeConfig
+from tf_transformer.config import ConfigError, DecodeConfig
 from tf_transformer.inference import load_inference
 from tf_transformer.length_batching import hard_alignment, make_batches, translate_texts
 from tf_transformer.model import build_model
@@ -42,7 +42,7 @@ def test_batches_keep_within_rows_and_tokens():
 
 def test_token_batches_translate_like_sentence_batches(tiny_model_dir):
   functions = load_inference(None, str(tiny_model_dir), "en", "de",
-                             DecodeConfig(beam_size=2, nbest=2, max_length=8,
+                             DecodeConfig(beam_size=2, nbest=2, max_source_length=8,
                                           extra_decode_length=4)).functions()
   texts = TEXTS
   counts = functions.count_tokens(texts, "source")
@@ -146,16 +146,17 @@ def test_a_saved_models_weights_and_search_are_refused_as_fixed_at_export(tmp_pa
   # what load() makes of such a SavedModel, its signatures never to be called
   model = inference.TranslationModel(
       "export/2", True, DecodeConfig(beam_size=2, alpha=0.6),
-      lambda beam_size, alpha: inference.InferenceFunctions(searched, searched, searched,
-                                                            searched, length_batching.count_words))
-  for search in ({"beam_size": 3}, {"alpha": 1.0}):
+      lambda config: inference.InferenceFunctions(*[searched] * 6, length_batching.count_words))
+  for search, fixed in (({"beam_size": 3}, "beam_size=2 is"), ({"alpha": 1.0}, "alpha=0.6 is"),
+                        ({"beam_size": 3, "sampling_topk": 5},
+                         "beam_size=2 and sampling_topk=0 are")):
     with pytest.raises(ModelDirError) as error:
       model.translate(["w1 w2"], **search)
-    assert str(error.value) == ("export/2: beam_size=2 and alpha=0.6 are fixed in this "
-                                "SavedModel at export; export again to change them")
-  with pytest.raises(ModelDirError) as error:
+    assert str(error.value) == (f"export/2: {fixed} fixed in this SavedModel at export; "
+                                f"export again to change {'it' if ' is' in fixed else 'them'}")
+  with pytest.raises(ConfigError) as error:
     model.translate(["w1 w2"], nbest=3)
-  assert str(error.value) == "nbest must be between 1 and the beam size (2), got 3"
+  assert str(error.value) == "DecodeConfig: nbest=3 must be at most beam_size=2"
   with pytest.raises(ModelDirError) as error:
     model.translate(["w1 w2", "w3"], target_prefix=["w2"])
   assert str(error.value) == ('2 sources but 1 target prefixes: give one prefix per source '
@@ -167,11 +168,12 @@ def test_translate_and_score_refuse_an_nbest_outside_the_beam_and_unaligned_list
   """A model directory's translate takes an nbest from 1 to the call's beam, one prefix per
   source, and score one target per source; each other request is refused in one line."""
   model = inference.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
-  for nbest, beam in ((3, None), (0, None), (4, 3)):
-    with pytest.raises(ModelDirError) as error:
+  for nbest, beam, message in ((3, None, "nbest=3 must be at most beam_size=2"),
+                               (4, 3, "nbest=4 must be at most beam_size=3"),
+                               (0, None, "nbest=0 must be an integer >= 1")):
+    with pytest.raises(ConfigError) as error:
       model.translate(["aa bb"], nbest=nbest, beam_size=beam)
-    assert str(error.value) == \
-        f"nbest must be between 1 and the beam size ({beam or 2}), got {nbest}"
+    assert str(error.value) == f"DecodeConfig: {message}"
   with pytest.raises(ModelDirError) as error:
     model.translate(["aa", "bb", "cc"], target_prefix=["dd", "ee"])
   assert str(error.value) == ('3 sources but 2 target prefixes: give one prefix per source '
@@ -216,10 +218,11 @@ def test_load_checkpoint_loads_that_checkpoints_weights(tiny_model_dir, tmp_path
     np.testing.assert_allclose(model.score(sources, targets), expected[weights], atol=1e-4)
 
 
-def test_a_target_prefix_is_cut_at_max_length_pieces(tiny_model_dir):
-  """With max_length=3, a prefix of five pieces (one a word here) forces its first three: the
-  translations and scores are those of the three-piece prefix."""
-  model = inference.load(str(tiny_model_dir), beam_size=2, max_length=3, extra_decode_length=6)
+def test_a_target_prefix_is_cut_at_max_source_length_pieces(tiny_model_dir):
+  """With max_source_length=3, a prefix of five pieces (one a word here) forces its first
+  three: the translations and scores are those of the three-piece prefix."""
+  model = inference.load(str(tiny_model_dir), beam_size=2, max_source_length=3,
+                         extra_decode_length=6)
   target = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
   assert target.tokenize(tf.constant(["ss tt uu vv ww"])).row_lengths().numpy().tolist() == [5]
   long, cut = model.translate(["aa bb", "aa bb"], target_prefix=["ss tt uu vv ww", "ss tt uu"],
@@ -229,3 +232,24 @@ def test_a_target_prefix_is_cut_at_max_length_pieces(tiny_model_dir):
   assert all(h.text.startswith("ss tt uu") for h in cut)
   # the whole prefix, forced, would have given other translations
   assert not any(h.text.startswith("ss tt uu vv ww") for h in cut)
+
+
+def test_sampled_translations_repeat_for_a_seed_in_any_batch(tiny_model_dir):
+  """load().translate samples: nbest draws a source, the same for the same seed whatever the
+  batches, the first of them the one draw of nbest 1; another seed draws others; a sentence's
+  draws are those of its number (first_index)."""
+  model = inference.load(str(tiny_model_dir), extra_decode_length=4)
+  texts = ["aa bb", "cc dd ee", "", "ff gg hh ii", "jj"]
+  search = dict(strategy="sample", sampling_temperature=1.5, seed=5)
+  three = model.translate(texts, nbest=3, batch_size=2, **search)
+  batched = model.translate(texts, nbest=3, batch_size=64, **search)
+  assert [[h.text for h in hs] for hs in three] == [[h.text for h in hs] for hs in batched]
+  np.testing.assert_allclose([[h.score for h in hs] for hs in three],
+                             [[h.score for h in hs] for hs in batched], rtol=1e-5)
+  assert three[2] == [inference.Hypothesis("", 0.0)] * 3
+  one = model.translate(texts, **search)
+  assert one == [hypotheses[0].text for hypotheses in three]
+  assert model.translate(texts[3:4], first_index=3, **search) == one[3:4]
+  others = model.translate(texts, nbest=3, **dict(search, seed=6))
+  assert [[h.text for h in hs] for hs in others] != [[h.text for h in hs] for hs in three]
+  assert len({h.text for hypotheses in three for h in hypotheses}) > 5  # not one output each

@@ -1,6 +1,8 @@
 """The string-to-string Translator: its XLA path pads batches to shape buckets and still
 translates exactly like the graph path; large requests go in chunks."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,7 +10,7 @@ import tensorflow as tf
 from data_pipeline import lexical_shortlist
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import checkpoints, decoding, shortlist
-from tf_transformer.config import DataConfig
+from tf_transformer.config import DataConfig, DecodeConfig
 from tf_transformer.translator import Translator
 
 # the reversal model's shortlist, of its 20 pieces: EOS and up to 8 lexical pieces (a sentence
@@ -34,9 +36,9 @@ def _source_ids(model, vocabulary, texts):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_xla_with_shape_buckets_translates_like_the_graph(model_and_vocabulary, beam_size):
   model, vocabulary = model_and_vocabulary
-  search = dict(beam_size=beam_size, nbest=beam_size, extra_decode_length=4)
-  graph_translator = Translator(model, vocabulary, **search)
-  xla_translator = Translator(model, vocabulary, decode_jit=True, **search)
+  search = DecodeConfig(beam_size=beam_size, nbest=beam_size, extra_decode_length=4)
+  graph_translator = Translator(model, vocabulary, search)
+  xla_translator = Translator(model, vocabulary, replace(search, decode_jit=True))
   graph = graph_translator.translate_nbest(tf.constant(TEXTS))
   xla = xla_translator.translate_nbest(tf.constant(TEXTS))
   assert xla["outputs"].shape == graph["outputs"].shape == (len(TEXTS), beam_size)
@@ -48,22 +50,22 @@ def test_xla_with_shape_buckets_translates_like_the_graph(model_and_vocabulary, 
 
 def test_xla_batches_of_many_shapes_share_a_few_compilations(model_and_vocabulary):
   model, vocabulary = model_and_vocabulary
-  translator = Translator(model, vocabulary, beam_size=2, nbest=2, extra_decode_length=3,
-                          decode_jit=True)
+  translator = Translator(model, vocabulary, DecodeConfig(beam_size=2, nbest=2,
+                                                         extra_decode_length=3, decode_jit=True))
   for batch, width in [(3, 5), (4, 9), (4, 16), (2, 2), (5, 17), (8, 30)]:
     ids = tf.fill([batch, width], 7)
     ids, scores = translator._decode(ids)
     assert ids.shape[:2] == (batch, 2) and scores.shape == (batch, 2)
   # (4, 16): 3 and 4 sentences of up to 16 tokens; (2, 16); (8, 32): 5 and 8 of 17 to 30
-  assert translator._search_ids.experimental_get_tracing_count() == 3
+  assert translator._searches["beam"].experimental_get_tracing_count() == 3
 
 
 @pytest.mark.parametrize("decode_jit", [False, True])
 def test_large_requests_decode_in_chunks_like_one_batch(model_and_vocabulary, decode_jit):
   model, vocabulary = model_and_vocabulary
-  search = dict(beam_size=2, nbest=2, extra_decode_length=4, decode_jit=decode_jit)
-  whole = Translator(model, vocabulary, **search)
-  chunked = Translator(model, vocabulary, max_batch_size=2, **search)  # chunks of 2, 2 and 1
+  search = DecodeConfig(beam_size=2, nbest=2, extra_decode_length=4, decode_jit=decode_jit)
+  whole = Translator(model, vocabulary, search)
+  chunked = Translator(model, vocabulary, search, max_batch_size=2)  # chunks of 2, 2 and 1
   texts = tf.constant(TEXTS)
   for name in ("translate_nbest", "serve"):
     expected, got = getattr(whole, name)(texts), getattr(chunked, name)(texts)
@@ -85,8 +87,9 @@ def test_forced_prefix_ids_score_as_forced_decoding(model_and_vocabulary):
   model, vocabulary = model_and_vocabulary
   source_ids = _source_ids(model, vocabulary, tf.constant(TEXTS[:3]))
   prefix_ids = vocabulary.target.tokenize(tf.constant(PREFIXES[:3])).to_tensor()
-  ids, scores = decoding.decode(model, source_ids, beam_size=3, alpha=0.6,
-                                extra_decode_length=4, prefix_ids=prefix_ids)
+  ids, scores = decoding.decode(model, source_ids,
+                                DecodeConfig(beam_size=3, alpha=0.6, extra_decode_length=4),
+                                prefix_ids=prefix_ids)
   for row in range(3):
     prefix = [token for token in prefix_ids[row].numpy() if token != PAD_ID]
     for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
@@ -101,16 +104,17 @@ def test_forced_prefix_ids_score_as_forced_decoding(model_and_vocabulary):
 def test_translate_prefix_begins_each_translation_with_its_prefix(model_and_vocabulary,
                                                                   decode_jit):
   model, vocabulary = model_and_vocabulary
-  translator = Translator(model, vocabulary, beam_size=3, nbest=3, alpha=0.6,
-                          extra_decode_length=4, decode_jit=decode_jit)
+  translator = Translator(model, vocabulary, DecodeConfig(
+      beam_size=3, nbest=3, alpha=0.6, extra_decode_length=4, decode_jit=decode_jit))
   texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
   result = translator.translate_prefix(texts, prefixes)
   plain = translator.translate_nbest(texts)
   # the library's search over the same forced ids
   source_ids = _source_ids(model, vocabulary, texts)
   prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
-  _, want_scores = decoding.decode(model, source_ids, beam_size=3, alpha=0.6,
-                                   extra_decode_length=4, prefix_ids=prefix_ids)
+  _, want_scores = decoding.decode(model, source_ids,
+                                   DecodeConfig(beam_size=3, alpha=0.6, extra_decode_length=4),
+                                   prefix_ids=prefix_ids)
   for row, (text, prefix) in enumerate(zip(TEXTS, PREFIXES)):
     outputs = [output.decode() for output in result["outputs"][row].numpy()]
     if not text.strip():
@@ -142,10 +146,10 @@ def _texts(tokenizer, ids):
   return [texts[row * beams:(row + 1) * beams] for row in range(batch)]
 
 
-def _bites(model, source_ids, chosen, **search) -> bool:
+def _bites(model, source_ids, chosen, search, prefix_ids=None) -> bool:
   """Whether the search over the whole vocabulary writes pieces outside the shortlist
   `chosen` (int32 [n])."""
-  ids, _ = decoding.decode(model, source_ids, **search)
+  ids, _ = decoding.decode(model, source_ids, search, prefix_ids)
   return bool(set(ids.numpy().ravel()) - set(chosen.numpy()) - {PAD_ID})
 
 
@@ -173,9 +177,9 @@ def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabula
   search on a batch of static shape too."""
   model, vocabulary = model_and_vocabulary
   lexicon = no_candidates_lexicon(vocabulary)
-  search = dict(beam_size=3, alpha=0.6, extra_decode_length=4)
-  translator = Translator(model, vocabulary, nbest=3, decode_jit=decode_jit,
-                          shortlist_size=FORCED_SHORTLIST, lexicon=lexicon, **search)
+  search = DecodeConfig(beam_size=3, alpha=0.6, extra_decode_length=4)
+  translator = Translator(model, vocabulary, replace(search, nbest=3, decode_jit=decode_jit),
+                          shortlist_size=FORCED_SHORTLIST, lexicon=lexicon)
   texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
   prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
   source_ids = _source_ids(model, vocabulary, texts)
@@ -183,9 +187,9 @@ def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabula
   chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, size, prefix_ids)
   unforced = shortlist.select(lexicon.table, lexicon.order, source_ids, size).numpy()
   assert set(prefix_ids.numpy().ravel()) - {PAD_ID} - set(unforced)  # they would be left out
-  assert _bites(model, source_ids, chosen, prefix_ids=prefix_ids, **search)
-  want_ids, want_scores = decoding.decode(model, source_ids, prefix_ids=prefix_ids,
-                                          shortlist=chosen, **search)
+  assert _bites(model, source_ids, chosen, search, prefix_ids)
+  want_ids, want_scores = decoding.decode(model, source_ids, search, prefix_ids=prefix_ids,
+                                          shortlist=chosen)
   if decode_jit:
     _assert_static_search_finds(translator, (source_ids, prefix_ids), want_ids, want_scores)
   result = translator.translate_prefix(texts, prefixes)
@@ -217,15 +221,16 @@ def test_xla_with_a_shortlist_translates_like_the_graph(model_and_vocabulary, be
   table = rng.integers(4, vocabulary.target_size, size=(vocabulary.source_size, 4))
   lexicon = lexical_shortlist.Lexicon(table.astype(np.int32), lexical_shortlist.frequency_order(
       rng.integers(0, 100, vocabulary.target_size)))
-  search = dict(beam_size=beam_size, alpha=0.6, extra_decode_length=4)
-  translators = dict(shortlist_size=XLA_SHORTLIST, lexicon=lexicon, nbest=beam_size, **search)
+  search = DecodeConfig(beam_size=beam_size, alpha=0.6, extra_decode_length=4)
+  translators = dict(shortlist_size=XLA_SHORTLIST, lexicon=lexicon)
   source_ids = _source_ids(model, vocabulary, tf.constant(TEXTS))
   chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, XLA_SHORTLIST * 8)
-  assert _bites(model, source_ids, chosen, **search)
-  want_ids, want_scores = decoding.decode(model, source_ids, shortlist=chosen, **search)
+  assert _bites(model, source_ids, chosen, search)
+  want_ids, want_scores = decoding.decode(model, source_ids, search, shortlist=chosen)
   # (held: a tf.function method holds its module weakly)
-  graph_translator = Translator(model, vocabulary, **translators)
-  xla_translator = Translator(model, vocabulary, decode_jit=True, **translators)
+  search = replace(search, nbest=beam_size)
+  graph_translator = Translator(model, vocabulary, search, **translators)
+  xla_translator = Translator(model, vocabulary, replace(search, decode_jit=True), **translators)
   _assert_static_search_finds(xla_translator, (source_ids,), want_ids, want_scores)
   graph = graph_translator.translate_nbest(tf.constant(TEXTS))
   xla = xla_translator.translate_nbest(tf.constant(TEXTS))
@@ -258,7 +263,8 @@ def test_a_shortlist_translates_the_reversal_task_as_the_whole_vocabulary(
   for size in (0, REVERSAL_SHORTLIST):
     # converted in place to `precision`: a model each
     model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "src", "tgt")
-    translator = Translator(model, vocabulary, beam_size=2, nbest=2, extra_decode_length=5,
+    translator = Translator(model, vocabulary,
+                            DecodeConfig(beam_size=2, nbest=2, extra_decode_length=5),
                             precision=precision, shortlist_size=size, lexicon=reversal_lexicon)
     best = [translator.serve(tf.constant([source])) for source, _ in dev]
     outputs.append([result["outputs"][0].numpy().decode() for result in best])
@@ -277,3 +283,30 @@ def test_a_shortlist_translates_the_reversal_task_as_the_whole_vocabulary(
   reversed_rows = sum(output.split() == source.split()[::-1]
                       for output, (source, _) in zip(outputs[0], dev))
   assert reversed_rows >= len(dev) // 2
+
+
+@pytest.mark.parametrize("decode_jit", [False, True])
+def test_the_sample_signatures_draw_what_decode_draws_in_any_batch(model_and_vocabulary,
+                                                                  decode_jit):
+  """`sample` gives decode's draws for each row's seed, whatever the chunks and XLA's shape
+  buckets; `sample_prefix` forces its prefixes; a blank input is "" with score 0."""
+  model, vocabulary = model_and_vocabulary
+  search = DecodeConfig(sampling_topk=6, sampling_temperature=0.9, extra_decode_length=4,
+                        decode_jit=decode_jit)
+  translator = Translator(model, vocabulary, search, max_batch_size=2)
+  seeds = tf.constant([3, 1, 4, 1, 5], tf.int64)
+  result = translator.sample(tf.constant(TEXTS), seeds)
+  source_ids = _source_ids(model, vocabulary, tf.constant(TEXTS))
+  ids, scores = decoding.decode(model, source_ids, replace(search, strategy="sample"),
+                                seeds=seeds)
+  want = [row[0] for row in _texts(vocabulary.target, ids)]
+  assert [text.decode() for text in result["outputs"].numpy()] == [
+      "" if not text else output for text, output in zip(TEXTS, want)]
+  np.testing.assert_allclose(result["scores"].numpy(),
+                             [0.0 if not text else s for text, s in zip(TEXTS, scores[:, 0])],
+                             rtol=1e-5)
+  alone = translator.sample(tf.constant(TEXTS[2:3]), seeds[2:3])
+  assert alone["outputs"].numpy()[0] == result["outputs"].numpy()[2]
+  prefixed = translator.sample_prefix(tf.constant(TEXTS), tf.constant(PREFIXES), seeds)
+  for text, output, prefix in zip(TEXTS, prefixed["outputs"].numpy(), PREFIXES):
+    assert output.decode().startswith(prefix) if text else not output

@@ -28,6 +28,7 @@ def main(argv):
   from tf_transformer.inference import load_inference
 
   decode_config = shared_flags.decode_config_from_flags()
+  search = shared_flags.per_call_search()
   scan_parallel(FLAGS.src, FLAGS.ref)
   pairs = read_parallel(FLAGS.src, FLAGS.ref)
   model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
@@ -36,7 +37,8 @@ def main(argv):
   path = FLAGS.output or "hypotheses.txt"
   with files.atomic_file(path) as f:
     progress = ProgressBar(len(sources), unit="sentence", label="decoding")
-    hypotheses = model.translate(sources, batch_size=FLAGS.batch_size, progress=progress)
+    hypotheses = model.translate(sources, batch_size=FLAGS.batch_size, progress=progress,
+                                 **search)
     progress.close()
     f.writelines(h + "\n" for h in hypotheses)
   results = metrics.report(hypotheses, references)
@@ -44,6 +46,7 @@ def main(argv):
   print(f"chrF2 = {results['chrf']:.2f}  ({results['chrf_signature']})")
   print(" ".join(f"BLEU-{n} = {results[f'bleu_{n}']:.2f}" for n in range(1, 5)))
   print(json.dumps({**results, "sentences": len(hypotheses), "hypotheses": path,
+                    "strategy": FLAGS.strategy,
                     "beam_size": None if FLAGS.saved_model else decode_config.beam_size}))
 
 

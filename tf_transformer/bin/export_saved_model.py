@@ -7,17 +7,18 @@ requests for each, and `exports/<name>/batching_parameters.txt` unless one is th
 dir may be any TensorFlow file system path (gs://...). The search is XLA-compiled unless
 --nodecode_jit (TF Serving then needs --xla_cpu_compilation_enabled=true on CPU).
 --precision=int8 or bfloat16 stores the matrices of the model's products in 8 or 16 bits
-(tf_transformer/layers/low_precision.py): faster decoding, a small BLEU cost (docs/serving.md).
+(tf_transformer/layers/precisions.py): faster decoding, a small BLEU cost (docs/serving.md).
 --shortlist_size=N has every search write only N target pieces per sentence of its batch,
 chosen from a lexicon counted over the training data of the data flags (docs/serving.md).
 """
 
 from absl import flags
 
+from tf_transformer import config
 from tf_transformer.bin import cli, shared_flags
 
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
-flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "int8"],
+flags.DEFINE_enum("precision", "float32", list(config.CHOICES["precision"]),
                   "Weights of the matrix products: float32 (exact), bfloat16, or int8 (per-column "
                   "scales, rows quantised as they are multiplied).")
 

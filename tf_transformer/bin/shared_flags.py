@@ -40,7 +40,9 @@ flags.DEFINE_string("tgt_lang", "de", "Target language suffix of the corpus file
 flags.DEFINE_string("train_prefix", "train", "Training corpus: {data_dir}/{train_prefix}.{lang}.")
 flags.DEFINE_string("dev_prefix", "val", "Dev corpus (loss, BLEU, best checkpoint).")
 flags.DEFINE_string("test_prefix", None, "Test corpus, scored once after training.")
-_integer("max_length", 100, "Pairs with more subword tokens on a side are dropped.")
+_integer("max_length", 100,
+         "Training pairs with more subword tokens on a side are dropped; translation and "
+         "scoring cut their inputs (and target prefixes) to this many.")
 _integer("vocab_size", 8000, "SentencePiece vocabulary size (per model).")
 _enum("spm_model_type", "unigram", "SentencePiece algorithm.")
 flags.DEFINE_bool("shared_vocab", True,
@@ -84,10 +86,15 @@ _integer("eval_sentences", 1000, "Dev sentences decoded for BLEU (0: all).")
 _integer("eval_batch_size", 64, "Sentences per decoding batch.")
 _integer("extra_decode_length", 50,
          "Decoding stops at source length + this many tokens.")
+_integer("min_decode_length", 0, "No output ends before this many tokens (</s> included).")
+_integer("max_decode_length", 0,
+         "Outputs stop at this many tokens (</s> included) instead of source length + "
+         "--extra_decode_length (0).")
 _integer("eval_beam_size", 4, "Beam size of the dev BLEU (1: greedy).")
 _integer("early_stopping", 0,
          "Stop after this many evaluations without a better dev BLEU (0: off).")
-_integer("seed", 1234, "Seed of initialisation, dropout and data order.")
+_integer("seed", 1234, "Seed of initialisation, dropout and data order, and of the draws of "
+         "--strategy=sample.")
 flags.DEFINE_bool("deterministic", False,
                   "Enable TF op determinism (bit-exact reruns and resumes; slower).")
 _enum("distribution", "default",
@@ -127,9 +134,22 @@ flags.DEFINE_bool("jit_compile", False,
                   "bucket; needs --noskip_padding: real-token rows have data-dependent shapes).")
 
 # ---------------------------------------------------------------- decoding and inference
+_enum("strategy", "beam",
+      "How translate and evaluate search: beam (--beam_size, 1: greedy) or sample (random "
+      "sampling, as back-translation wants: --sampling_topk, --sampling_topp, "
+      "--sampling_temperature, --seed; --nbest draws a source).")
 _integer("beam_size", 4, "Beam size of translation and export (1: greedy).")
+_integer("sampling_topk", 0,
+         "With --strategy=sample: draw from the k most probable tokens (0: all).")
+flags.DEFINE_float("sampling_topp", 1.0,
+                   "With --strategy=sample: draw from the smallest set of the most probable "
+                   "tokens whose probability reaches p (nucleus sampling; 1: all).")
+flags.DEFINE_float("sampling_temperature", 1.0,
+                   "With --strategy=sample: draw from softmax(logits / T) (0: the most "
+                   "probable token).")
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
-_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size).")
+_integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size), or samples "
+         "with --strategy=sample.")
 flags.DEFINE_bool("decode_jit", False,
                   "XLA-compile the search (batches padded to shape buckets, each compiled once "
                   "in a few seconds; 2.5-3x faster one sentence at a time, ~1.1-1.3x in batches "
@@ -206,6 +226,26 @@ def _profile_steps(value: str) -> tuple:
 
 
 def decode_config_from_flags() -> config.DecodeConfig:
-  _require(1 <= FLAGS.nbest <= FLAGS.beam_size,
+  _require(FLAGS.strategy == "sample" or FLAGS.nbest <= FLAGS.beam_size,
            f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
-  return _from_flags(config.DecodeConfig)
+  return _from_flags(config.DecodeConfig, max_source_length=FLAGS.max_length)
+
+
+# The search flags an export compiles in, refused with --saved_model. (The length flags are
+# fixed there too, but a flagfile shared with training sets them: they are ignored.)
+_FIXED_AT_EXPORT = ("beam_size", "alpha", "sampling_topk", "sampling_topp",
+                    "sampling_temperature")
+
+
+def per_call_search() -> dict:
+  """The search settings that translate and evaluate pass to each call (those a SavedModel
+  lets a call choose: strategy and seed).
+
+  Raises:
+    FlagError: with --saved_model, a flag its export fixed was given.
+  """
+  given = [f"--{name}" for name in _FIXED_AT_EXPORT if FLAGS[name].present]
+  _require(not (FLAGS.saved_model and given),
+           f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} fixed in a SavedModel "
+           "at export (its assets.extra/decoding.json lists them)")
+  return {"strategy": FLAGS.strategy, "seed": FLAGS.seed}

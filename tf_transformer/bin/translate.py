@@ -1,6 +1,7 @@
 """Translates text, one sentence a line, or scores given translations:
 `python -m tf_transformer.bin.translate (--saved_model=DIR | --flagfile=F --model_dir=DIR)
 [--input F] [--output F] [--beam_size --alpha --nbest --batch_size --batch_tokens]
+[--strategy=sample --sampling_topk --sampling_topp --sampling_temperature --seed]
 [--stream] [--print_alignment] [--score --targets F] [--target_prefix F]`.
 
 Output: one line per input line, in order; an empty line stays empty. With --nbest > 1, each
@@ -10,7 +11,9 @@ hypothesis is a line `index ||| translation ||| score` (the Moses n-best format)
 out). With --score, `score ||| target` lines: the log-probability of each target given its
 source line over the length penalty ((5 + length) / 6)^alpha, as beam search scores. With
 --target_prefix, each translation starts with the line of that file (its subword pieces forced,
-the search continuing after them; an empty line forces nothing).
+the search continuing after them; an empty line forces nothing). With --strategy=sample, each
+output is drawn at random from the model's distribution (back-translation), --nbest of them a
+line; a line's draws depend on --seed and its line number alone.
 
 The input is read whole, sorted by length and translated in batches of --batch_size sentences
 or, when --batch_tokens is given (a flagfile counts), of at most --batch_tokens tokens counting
@@ -59,8 +62,9 @@ def _check_modes():
     raise FlagError("--target_prefix does not combine with --score or --print_alignment")
   if FLAGS.print_alignment and FLAGS.nbest > 1:
     raise FlagError("--print_alignment aligns the best translation only: drop --nbest")
-  if FLAGS.saved_model and (FLAGS["beam_size"].present or FLAGS["alpha"].present):
-    raise FlagError("--beam_size and --alpha are fixed in a SavedModel at export")
+  if FLAGS.strategy == "sample" and (FLAGS.score or FLAGS.print_alignment):
+    raise FlagError("--strategy=sample translates: --score and --print_alignment use the "
+                    "model as it is (forced decoding, beam search)")
 
 
 def main(argv):
@@ -71,6 +75,7 @@ def main(argv):
   from tf_transformer.inference import load_inference
 
   decode_config = shared_flags.decode_config_from_flags()
+  search = shared_flags.per_call_search()
   _check_modes()
   if FLAGS.score:  # both files are checked before the model loads
     sources = translation_io.read_lines(FLAGS.input)
@@ -93,7 +98,7 @@ def main(argv):
         prefixes = (translation_io.iter_lines(FLAGS.target_prefix) if FLAGS.target_prefix
                     else None)
         translation_io.translate_stream(model, translation_io.iter_lines(FLAGS.input), out,
-                                        FLAGS.nbest, FLAGS.print_alignment, prefixes)
+                                        FLAGS.nbest, FLAGS.print_alignment, prefixes, search)
       except KeyboardInterrupt:
         sys.exit(130)  # Ctrl-C ends a typed session like Ctrl-D, without a traceback
       return
@@ -108,7 +113,7 @@ def main(argv):
     else:
       out.writelines(translation_io.translation_lines(
           model, texts, FLAGS.nbest, FLAGS.print_alignment, target_prefix=prefixes,
-          progress=progress, **batching))
+          search=search, progress=progress, **batching))
     if progress is not None:
       progress.close()
 

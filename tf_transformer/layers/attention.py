@@ -3,9 +3,8 @@
 import keras
 import tensorflow as tf
 
-from tf_transformer.layers import low_precision
+from tf_transformer.layers.precisions import Float32Kernel
 from tf_transformer.layers.dropout import Dropout
-from tf_transformer.layers.row_matmul import row_matmul
 from tf_transformer.layers.token_layout import TokenLayout
 
 
@@ -27,8 +26,9 @@ class MultiHeadAttention(keras.layers.Layer):
     self.dropout_rate = dropout_rate
     self.self_attention = self_attention
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
-    # {kernel name: LowPrecisionKernel}, filled by low_precision.convert for inference
-    self.low_precision = {}
+    # {weight name: precisions.Kernel}: the products' weights (precisions.convert replaces
+    # them with reduced-precision copies for inference)
+    self.kernels = {}
 
   def build(self, query_shape, memory_shape=None):
     d_model = query_shape[-1]
@@ -45,9 +45,11 @@ class MultiHeadAttention(keras.layers.Layer):
                                        initializer=init)
     self.output_kernel = self.add_weight(name="output_kernel", shape=(d_model, d_model),
                                          initializer=init)
+    self.kernels = {name: Float32Kernel(variable)
+                    for name, variable in self.kernels_for_inference().items()}
 
   def kernels_for_inference(self) -> dict:
-    """The weight matrices by name (see low_precision.convert)."""
+    """The weight matrices by name (see precisions.convert)."""
     names = ("qkv_kernel",) if self.self_attention else ("q_kernel", "kv_kernel")
     return {name: getattr(self, name) for name in names + ("output_kernel",)}
 
@@ -70,17 +72,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
   def _matmul(self, rows, layout, name, scale_query=False):
     """rows [R, d_model] of `layout` @ the weight `name` -> [R, columns], in the compute
-    dtype; its query columns times D**-0.5 with `scale_query`. A low-precision copy of the
-    weight is used when `low_precision.convert` made one."""
-    low = self.low_precision.get(name)
-    if low is not None:
-      y = low_precision.matmul(rows, low, static_rows=not layout.skip_padding)
-      y = tf.cast(y, self.compute_dtype)
-      return y * tf.cast(self._query_scale(), y.dtype) if scale_query else y
-    kernel = getattr(self, name)
-    if scale_query:
-      kernel = tf.cast(kernel, tf.float32) * self._query_scale()
-    return row_matmul(rows, tf.cast(kernel, self.compute_dtype))
+    dtype; its query columns times D**-0.5 with `scale_query`."""
+    return self.kernels[name].matmul(rows,
+                                     column_scale=self._query_scale() if scale_query else None,
+                                     static_rows=not layout.skip_padding)
 
   def _project(self, rows, layout, name, parts, scale_query=False):
     """rows [R, d_model] of `layout` @ the weight `name` [d_model, parts * d_model] ->

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from data_pipeline.token_ids import PAD_ID
-from tf_transformer.layers import low_precision
+from tf_transformer.layers.precisions import Float32Kernel
 
 
 def positional_encoding(positions: tf.Tensor, d_model: int, dtype=tf.float32) -> tf.Tensor:
@@ -47,8 +47,9 @@ class SharedEmbedding(keras.layers.Layer):
     super().__init__(**kwargs)
     self.vocab_size = vocab_size
     self.d_model = d_model
-    # {"output_kernel": LowPrecisionKernel}, filled by low_precision.convert for inference
-    self.low_precision = {}
+    # {"output_kernel": precisions.Kernel}: the pre-softmax projection's weights
+    # (precisions.convert replaces it with a reduced-precision copy for inference)
+    self.kernels = {}
 
   def build(self, input_shape=None):
     self.embeddings = self.add_weight(
@@ -56,6 +57,7 @@ class SharedEmbedding(keras.layers.Layer):
         shape=(self.vocab_size, self.d_model),
         initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
     )
+    self.kernels = {"output_kernel": Float32Kernel(self.embeddings, transposed=True)}
 
   def call(self, ids):
     """Embeds token ids with positions.
@@ -78,19 +80,16 @@ class SharedEmbedding(keras.layers.Layer):
     return x * not_pad[..., tf.newaxis]
 
   def output_kernel(self, ids=None):
-    """The transposed matrix [d_model, vocab_size] of the pre-softmax projection, or its
-    columns [d_model, n] of the token ids `ids` (int32 [n]: a vocabulary shortlist).
+    """The tensors of the pre-softmax projection [d_model, vocab_size] (the transposed
+    embedding matrix in the compute dtype, or its copy of precisions.convert), or of its
+    columns [d_model, n] of the token ids `ids` (int32 [n]: a vocabulary shortlist): a tuple
+    (precisions.Kernel.column_tensors), the first of them [d_model, vocab_size or n].
 
-    A matmul with it runs about twice as fast on CPU as one with `transpose_b=True` on the
-    [vocab_size, d_model] matrix, so a decoding loop computes it once and passes it to `logits`.
-    After low_precision.convert it is the LowPrecisionKernel copy of that matrix.
+    A matmul with the transposed matrix runs about twice as fast on CPU as one with
+    `transpose_b=True` on the [vocab_size, d_model] matrix, so a decoding loop computes it once
+    and passes it to `logits`.
     """
-    if "output_kernel" in self.low_precision:
-      kernel = self.low_precision["output_kernel"]
-      return kernel if ids is None else kernel.columns(ids)
-    if ids is None:
-      return tf.transpose(tf.cast(self.embeddings, self.compute_dtype))
-    return tf.transpose(tf.cast(tf.gather(self.embeddings, ids), self.compute_dtype))
+    return self.kernels["output_kernel"].column_tensors(ids, self.compute_dtype)
 
   def logits(self, hidden, output_kernel=None, bias=None):
     """Pre-softmax projection with the transposed embedding matrix.
@@ -108,14 +107,13 @@ class SharedEmbedding(keras.layers.Layer):
     """
     if output_kernel is None:
       output_kernel = self.output_kernel()
+    kernel = self.kernels["output_kernel"].of_columns(output_kernel)
     rows = tf.reshape(hidden, [-1, self.d_model])
-    if isinstance(output_kernel, low_precision.LowPrecisionKernel):
-      logits = output_kernel.matmul(rows, static_rows=True)  # every position is a row
-    else:
-      logits = tf.cast(tf.matmul(rows, output_kernel), tf.float32)
+    # every position is a row
+    logits = tf.cast(kernel.matmul(rows, static_rows=True), tf.float32)
     if bias is not None:
       logits = tf.nn.bias_add(logits, bias)
-    width = output_kernel.shape[-1]  # vocab_size, or a shortlist's size
+    width = kernel.shape[-1]  # vocab_size, or a shortlist's size
     if width is None:
       width = tf.shape(logits)[-1]
     shape = tf.concat([tf.shape(hidden)[:-1], [width]], axis=0)

@@ -4,9 +4,8 @@ import keras
 
 import tensorflow as tf
 
-from tf_transformer.layers import low_precision
 from tf_transformer.layers.dropout import Dropout
-from tf_transformer.layers.row_matmul import row_matmul
+from tf_transformer.layers.precisions import Float32Kernel
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -22,36 +21,34 @@ class FeedForward(keras.layers.Layer):
     self.d_ff = d_ff
     self.dropout_rate = dropout_rate
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
-    # {"inner", "outer": LowPrecisionKernel}, filled by low_precision.convert for inference
-    self.low_precision = {}
+    # {"inner", "outer": precisions.Kernel}: the products' weights (precisions.convert
+    # replaces them with reduced-precision copies for inference)
+    self.kernels = {}
 
   def build(self, inputs_shape):
     d_model = inputs_shape[-1]
-    # holds the first layer's weights; `call` applies them (and the ReLU) with row_matmul
+    # hold the weights (their checkpoint names); `call` multiplies by them through `kernels`
     self.inner = keras.layers.Dense(self.d_ff, name="inner", dtype=self.dtype_policy)
     self.inner.build((None, d_model))
     self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
     self.outer.build((None, self.d_ff))
+    # row_matmul's input gradient is faster on CPU for the first layer's [d_model, d_ff]
+    # kernel; the second layer's, taller than wide, gains nothing from it
+    self.kernels = {"inner": Float32Kernel(self.inner.kernel),
+                    "outer": Float32Kernel(self.outer.kernel, fast_input_gradient=False)}
 
   def kernels_for_inference(self) -> dict:
-    """The weight matrices by name (see low_precision.convert)."""
+    """The weight matrices by name (see precisions.convert)."""
     return {"inner": self.inner.kernel, "outer": self.outer.kernel}
 
   def call(self, inputs, training=None, static_rows=False):
     """inputs: [R, d_model] token rows -> [R, d_model]; `training` enables the dropout after
     the ReLU; `static_rows`: R is every position of a padded batch (see
-    low_precision.LowPrecisionKernel.matmul)."""
-    if self.low_precision:
-      hidden = low_precision.matmul(inputs, self.low_precision["inner"], self.inner.bias,
-                                    relu=True, static_rows=static_rows)
-      outputs = low_precision.matmul(hidden, self.low_precision["outer"], self.outer.bias,
-                                     static_rows=static_rows)
-      return tf.cast(outputs, self.compute_dtype)
-    # row_matmul's input gradient is faster on CPU for the first layer's [d_model, d_ff]
-    # kernel; the second layer's, taller than wide, gains nothing from it
-    hidden = row_matmul(inputs, tf.cast(self.inner.kernel, self.compute_dtype),
-                        tf.cast(self.inner.bias, self.compute_dtype), relu=True)
-    return self.outer(self._dropout(hidden, training=training))
+    precisions.Kernel.matmul)."""
+    inner, outer = self.kernels["inner"], self.kernels["outer"]
+    hidden = inner.matmul(inputs, self.inner.bias, relu=True, static_rows=static_rows)
+    return outer.matmul(self._dropout(hidden, training=training), self.outer.bias,
+                        static_rows=static_rows)
 
   def compute_output_shape(self, inputs_shape):
     return inputs_shape

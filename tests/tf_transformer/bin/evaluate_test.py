@@ -51,3 +51,26 @@ def test_evaluate_reports_every_metric(tiny_model_dir, tmp_path):
 def test_missing_reference_is_one_line_error(tiny_model_dir):
   testutil.assert_one_line_error(evaluate(tiny_model_dir, "--src=x"),
                                  "error: --ref is required (see --helpfull)")
+
+
+def test_evaluate_scores_random_samples_and_translate_draws_the_same(tiny_model_dir, tmp_path):
+  """--strategy=sample: evaluate's hypotheses are translate's samples for the same --seed,
+  in batches of one or line by line (a sentence's draws are its seed's and line number's);
+  another seed draws others."""
+  source = testutil.write_lines(tmp_path / "test.src", ["aa bb", "cc dd ee", "ff", "gg hh"])
+  runs = {}
+  for seed in (3, 4):
+    result = evaluate(tiny_model_dir, f"--src={source}", f"--ref={source}", "--strategy=sample",
+                      f"--seed={seed}", "--sampling_temperature=1.5",
+                      f"--output={tmp_path / f'hyp{seed}.txt'}")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["strategy"] == "sample"
+    runs[seed] = (tmp_path / f"hyp{seed}.txt").read_text().splitlines()
+  for mode in ("--batch_size=1", "--stream"):  # (stream: each line a call of its own)
+    translated = testutil.run_cli(
+        "tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg",
+        f"--model_dir={tiny_model_dir}", "--extra_decode_length=4", "--strategy=sample",
+        "--seed=3", "--sampling_temperature=1.5", f"--input={source}", mode)
+    assert translated.returncode == 0, translated.stderr
+    assert translated.stdout.splitlines() == runs[3], mode
+  assert runs[3] != runs[4]

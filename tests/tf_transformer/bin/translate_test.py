@@ -35,7 +35,7 @@ def translate(model_dir, *args, stdin=None):
 def model(tiny_model_dir):
   """The model in-process, with the search of `translate()`'s flags (tiny.cfg's max_length)."""
   return load_inference(None, str(tiny_model_dir), "en", "de",
-                        DecodeConfig(beam_size=2, max_length=32, extra_decode_length=4))
+                        DecodeConfig(beam_size=2, max_source_length=32, extra_decode_length=4))
 
 
 def test_translate_keeps_order_and_empty_lines(tiny_model_dir, tmp_path):
@@ -142,8 +142,8 @@ def test_stream_writes_each_answer_before_the_next_read():
     def flush(self):
       events.append(("flush",))
 
-  fake = TranslationModel("fake", False, DecodeConfig(beam_size=2), lambda beam, alpha:
-                          InferenceFunctions(translate_nbest, None, None, None, count_words))
+  fake = TranslationModel("fake", False, DecodeConfig(beam_size=2), lambda config:
+                          InferenceFunctions(translate_nbest, *[None] * 5, count_words))
   translation_io.translate_stream(fake, lines(), Out(), nbest=2)
   assert events == [("read", "ab"), ("write", "0 ||| ba ||| -1.0000\n0 ||| ab ||| -2.0000\n"),
                     ("flush",), ("read", ""), ("write", "1 |||  ||| 0.0000\n"), ("flush",),
@@ -226,11 +226,12 @@ def test_a_saved_model_translates_scores_and_aligns_as_its_model_directory(
   source = testutil.write_lines(tmp_path / "source.txt", sources)
   target = testutil.write_lines(tmp_path / "target.txt", targets)
   library = load_inference(None, str(model_dir), "src", "tgt",
-                           DecodeConfig(**testutil.REVERSAL_EXPORT_SEARCH))
+                           testutil.REVERSAL_EXPORT_SEARCH)
   saved = (None, f"--saved_model={reversal_export}", f"--input={source}")
-  best, nbest, scored, aligned = (translate(*saved, *args) for args in (
-      (), ("--nbest=2",), ("--score", f"--targets={target}"), ("--print_alignment",)))
-  for result in (best, nbest, scored, aligned):
+  best, nbest, scored, aligned, sampled = (translate(*saved, *args) for args in (
+      (), ("--nbest=2",), ("--score", f"--targets={target}"), ("--print_alignment",),
+      ("--strategy=sample", "--nbest=3", "--seed=9", "--batch_size=3")))
+  for result in (best, nbest, scored, aligned, sampled):
     assert result.returncode == 0, result.stderr
 
   outputs = best.stdout.split("\n")[:-1]
@@ -253,3 +254,10 @@ def test_a_saved_model_translates_scores_and_aligns_as_its_model_directory(
       f"{text} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}" for text, pairs in zip(*alignments)]
   # every dev sentence ends with </s>, aligned like the rest: one pair per piece but </s>
   assert all(pairs for pairs in alignments[1][:8])
+  # the sample signature: a sentence's draws are its seeds', in any batch
+  rows = [row.split(" ||| ") for row in sampled.stdout.split("\n")[:-1]]
+  expected = [(str(index), hypothesis) for index, hypotheses in enumerate(
+      library.translate(sources, strategy="sample", nbest=3, seed=9)) for hypothesis in hypotheses]
+  assert [(index, text) for index, text, _ in rows] == [(i, h.text) for i, h in expected]
+  np.testing.assert_allclose([float(score) for _, _, score in rows],
+                             [h.score for _, h in expected], atol=1e-4)

@@ -1,13 +1,15 @@
-"""Tests of tf_transformer/layers/low_precision.py: the int8 and bfloat16 products against exact
-float64 references, and the conversion of a whole Transformer."""
+"""Tests of tf_transformer/layers/precisions.py: the int8 and bfloat16 products against exact
+float64 references, the float32 kernel against the products as trained, and the conversion of a
+whole Transformer."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_transformer import config
 from tf_transformer.config import ModelConfig
-from tf_transformer.layers import low_precision
+from tf_transformer.layers import precisions
 from tf_transformer.model import build_model
 
 
@@ -25,7 +27,7 @@ def test_int8_product_is_exact_on_the_int8_grid():
   rows[:, 0] = [127, -127, 127, -127, 127]
   kernel = rng.integers(-127, 128, size=(64, 24)).astype(np.float32)
   kernel[3] = 127
-  low = low_precision.LowPrecisionKernel(kernel, "int8", "k")
+  low = precisions.Int8Kernel.from_matrix(kernel, "k")
   assert low.values.dtype == tf.int8 and low.scale.shape == (1, 24)
   np.testing.assert_array_equal(low.matmul(tf.constant(rows)).numpy(),
                                 rows.astype(np.float64) @ kernel.astype(np.float64))
@@ -37,8 +39,7 @@ def test_int8_product_of_one_static_row_under_xla_keeps_the_kernel_in_int8():
   prefers) multiplies the int8 kernel, not an int32 copy of it."""
   with tf.device("/CPU:0"):
     rng = np.random.default_rng(3)
-    low = low_precision.LowPrecisionKernel(rng.normal(size=(64, 24)).astype(np.float32),
-                                           "int8", "k")
+    low = precisions.Int8Kernel.from_matrix(rng.normal(size=(64, 24)).astype(np.float32), "k")
     rows = tf.constant(rng.normal(size=(3, 64)).astype(np.float32))
     product = tf.function(lambda r: low.matmul(r, static_rows=True), jit_compile=True)
     hlo = product.experimental_get_compiler_ir(rows[:1])(stage="optimized_hlo")
@@ -54,7 +55,7 @@ def test_int8_product_error_within_the_rounding_bound():
   rng = np.random.default_rng(1)
   rows = rng.normal(size=(8, 256)).astype(np.float32)
   kernel = rng.normal(scale=0.05, size=(256, 1024)).astype(np.float32)
-  out = low_precision.LowPrecisionKernel(kernel, "int8", "k").matmul(tf.constant(rows)).numpy()
+  out = precisions.Int8Kernel.from_matrix(kernel, "k").matmul(tf.constant(rows)).numpy()
   exact = rows.astype(np.float64) @ kernel.astype(np.float64)
   # each factor is off by at most half a step (max / 254) per element
   row_step = np.abs(rows).max(axis=1, keepdims=True) / 254
@@ -73,7 +74,7 @@ def test_int8_product_error_within_the_rounding_bound():
 def test_bfloat16_product_rounds_the_kernel_to_8_significant_bits():
   rng = np.random.default_rng(2)
   kernel = rng.normal(size=(32, 16)).astype(np.float32)
-  low = low_precision.LowPrecisionKernel(kernel, "bfloat16", "k")
+  low = precisions.Bfloat16Kernel.from_matrix(kernel, "k")
   assert low.values.dtype == tf.bfloat16 and low.scale is None
   picks = np.eye(32, dtype=np.float32)[:6]  # rows that pick kernel rows: nothing else rounds
   np.testing.assert_array_equal(low.matmul(tf.constant(picks)).numpy(), _bfloat16(kernel[:6]))
@@ -87,17 +88,16 @@ def test_bfloat16_product_rounds_the_kernel_to_8_significant_bits():
 
 def test_matmul_adds_the_bias_and_applies_relu_in_float32():
   kernel = np.array([[1.0, -2.0], [0.5, 0.25]], np.float32)
-  low = low_precision.LowPrecisionKernel(kernel, "bfloat16", "k")
-  out = low_precision.matmul(tf.constant([[2.0, 4.0]]), low, bias=tf.constant([-1.0, 1.0]),
-                             relu=True)
+  low = precisions.Bfloat16Kernel.from_matrix(kernel, "k")
+  out = low.matmul(tf.constant([[2.0, 4.0]]), bias=tf.constant([-1.0, 1.0]), relu=True)
   np.testing.assert_array_equal(out.numpy(), [[3.0, 0.0]])  # [4 - 1, -4 + 1 + 1 -> 0]
 
 
-def test_unknown_precision_is_refused():
+def test_unknown_precision_is_refused_and_the_registry_is_the_flags_choices():
   with pytest.raises(ValueError, match="precision must be one of"):
-    low_precision.LowPrecisionKernel(np.zeros((2, 2)), "float16", "k")
-  with pytest.raises(ValueError, match="precision must be one of"):
-    low_precision.convert(None, "int4")
+    precisions.convert(None, "int4")
+  assert tuple(precisions.PRECISIONS) == config.CHOICES["precision"]
+  assert all(issubclass(kind, precisions.Kernel) for kind in precisions.PRECISIONS.values())
 
 
 def _model(seed=0):
@@ -111,7 +111,7 @@ def test_converted_model_reads_only_the_copies(precision, tolerance):
   ids = tf.constant(np.random.default_rng(3).integers(4, 50, size=(3, 9)), tf.int32)
   source, target = ids, tf.roll(ids, 1, axis=1)
   expected = reference((source, target), training=False).numpy()
-  added, replaced = low_precision.convert(model, precision)
+  added, replaced = precisions.convert(model, precision)
   # per layer: self-attention qkv and output, feed-forward inner and outer (encoder); and the
   # cross-attention q, kv and output (decoder); plus the pre-softmax copy
   assert len(replaced) == 2 * 4 + 2 * 7
@@ -126,8 +126,9 @@ def test_converted_model_reads_only_the_copies(precision, tolerance):
 
 def test_float32_converts_nothing():
   model = _model()
-  assert low_precision.convert(model, "float32") == ([], [])
-  assert model.decoder.layer_0.ffn.low_precision == {}
+  assert precisions.convert(model, "float32") == ([], [])
+  assert all(isinstance(kernel, precisions.Float32Kernel)
+             for kernel in model.decoder.layer_0.ffn.kernels.values())
 
 
 @pytest.mark.parametrize("precision", ["float32", "int8", "bfloat16"])
@@ -136,7 +137,7 @@ def test_output_kernel_of_some_ids_gives_those_logits(precision):
   scales gathered with their columns."""
   keras.utils.set_random_seed(4)
   model = build_model(ModelConfig(40, 40, num_layers=1, d_model=16, num_heads=2, d_ff=32))
-  low_precision.convert(model, precision)
+  precisions.convert(model, precision)
   hidden = tf.constant(np.random.default_rng(3).normal(size=(5, 16)), tf.float32)
   ids = [3, 37, 0, 21, 8, 9]
   full = model.logits(hidden).numpy()
@@ -146,3 +147,33 @@ def test_output_kernel_of_some_ids_gives_those_logits(precision):
     np.testing.assert_array_equal(listed.numpy(), full[:, ids])
   else:
     np.testing.assert_allclose(listed.numpy(), full[:, ids], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["float32_fast", "float32", "int8", "bfloat16"])
+def test_every_kernel_forms_relu_of_scaled_product_plus_bias(kind):
+  """One contract for every precision: max(0, (rows @ kernel) * column_scale + bias), against
+  float64, within each precision's rounding (float32: 1e-6)."""
+  rng = np.random.default_rng(5)
+  kernel = rng.normal(size=(16, 12)).astype(np.float32)
+  rows = rng.normal(size=(5, 16)).astype(np.float32)
+  bias, scale = rng.normal(size=12).astype(np.float32), rng.uniform(0.5, 2, 12).astype(np.float32)
+  if kind.startswith("float32"):
+    made = precisions.Float32Kernel(tf.Variable(kernel), fast_input_gradient=kind != "float32")
+  else:
+    made = precisions.PRECISIONS[kind].from_matrix(kernel, "k")
+  out = made.matmul(tf.constant(rows), bias=tf.constant(bias), relu=True,
+                    column_scale=tf.constant(scale)).numpy()
+  exact = np.maximum(0, (rows.astype(np.float64) @ kernel) * scale + bias)
+  tolerance = {"int8": 0.03, "bfloat16": 0.02}.get(kind, 1e-6)
+  assert np.abs(out - exact).max() <= tolerance * np.abs(exact).max()
+  assert (out[exact == 0] == 0).all() or kind in ("int8", "bfloat16")
+
+
+def test_the_float32_output_kernel_is_the_transposed_embedding_and_its_columns():
+  embeddings = np.random.default_rng(6).normal(size=(10, 4)).astype(np.float32)
+  kernel = precisions.Float32Kernel(tf.Variable(embeddings), transposed=True)
+  assert kernel.shape == (4, 10)
+  np.testing.assert_array_equal(kernel.column_tensors()[0].numpy(), embeddings.T)
+  np.testing.assert_array_equal(kernel.column_tensors(tf.constant([7, 2]))[0].numpy(),
+                                embeddings[[7, 2]].T)
+  assert kernel.column_tensors(dtype=tf.bfloat16)[0].dtype == tf.bfloat16
