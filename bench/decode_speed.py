@@ -14,7 +14,8 @@ length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in -
     and "saved_model_int8_shortlist": float32 and int8 with a vocabulary shortlist of
     --shortlist_size target pieces (1024 by default here), its lexicon of
     --shortlist_per_source candidates counted over random id pairs of the bench's lengths, so
-    a request's shortlist holds lexical candidates as a real one does);
+    a request's shortlist holds lexical candidates as a real one does; "saved_model_ensemble2":
+    an ensemble of this model and a second one of the same dims, one search over both);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, on
     --ct2_threads threads, on the same subword pieces: CTranslate2 on exactly our weights
     ("ct2_int8": its int8 compute type, the weights quantised when loaded).
@@ -45,7 +46,7 @@ flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
                   "What to time: function, function_jit, saved_model, saved_model_graph, "
                   "saved_model_bfloat16, saved_model_int8, saved_model_shortlist, "
-                  "saved_model_int8_shortlist, ct2, ct2_int8.")
+                  "saved_model_int8_shortlist, saved_model_ensemble2, ct2, ct2_int8.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -119,6 +120,7 @@ def main(argv):
   from tf_transformer import decoding, runtime
   from tf_transformer.model import build_model
   from tf_transformer.config import DecodeConfig
+  from tf_transformer.ensemble import Ensemble
   from tf_transformer.translator import Translator
 
   strategy = runtime.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
@@ -153,8 +155,11 @@ def main(argv):
           folder, device="cpu", inter_threads=1, intra_threads=FLAGS.ct2_threads,
           compute_type=compute_type)
 
-  def model_in(precision):
-    """`model`, or a copy of it converted to `precision` (the conversion is in place)."""
+  def model_in(precision, members=1):
+    """`model`, or a copy of it converted to `precision` (the conversion is in place); with
+    more members, an ensemble of it and members - 1 other models of its dims."""
+    if members > 1:
+      return Ensemble((model,) + tuple(build_model(model_config) for _ in range(members - 1)))
     if precision == "float32":
       return model
     copy = build_model(model_config)
@@ -172,13 +177,14 @@ def main(argv):
                              jit_compile=jit)
         times = _timed(lambda: [decode(ids).numpy() for ids in id_batches])
         results.append((path, beam, times))
-    for path, jit, precision, shortlisted in (
-        ("saved_model", True, "float32", False),
-        ("saved_model_graph", False, "float32", False),
-        ("saved_model_bfloat16", True, "bfloat16", False),
-        ("saved_model_int8", True, "int8", False),
-        ("saved_model_shortlist", True, "float32", True),
-        ("saved_model_int8_shortlist", True, "int8", True)):
+    for path, jit, precision, shortlisted, members in (
+        ("saved_model", True, "float32", False, 1),
+        ("saved_model_graph", False, "float32", False, 1),
+        ("saved_model_bfloat16", True, "bfloat16", False, 1),
+        ("saved_model_int8", True, "int8", False, 1),
+        ("saved_model_shortlist", True, "float32", True, 1),
+        ("saved_model_int8_shortlist", True, "int8", True, 1),
+        ("saved_model_ensemble2", True, "float32", False, 2)):
       if path in FLAGS.paths:
         shortlist = {}
         if shortlisted:
@@ -188,8 +194,8 @@ def main(argv):
         search = DecodeConfig(beam_size=beam, max_source_length=FLAGS.max_length,
                               min_decode_length=length, max_decode_length=length,
                               decode_jit=jit)
-        module = Translator(model_in(precision), vocabulary, search, precision=precision,
-                            **shortlist)
+        module = Translator(model_in(precision, members), vocabulary, search,
+                            precision=precision, **shortlist)
         export_dir = os.path.join(FLAGS.workdir, f"{path}_beam{beam}")
         tf.saved_model.save(module, export_dir, signatures=module.signatures())
         serve = tf.saved_model.load(export_dir).signatures["serving_default"]

@@ -14,7 +14,7 @@ from absl import logging
 
 from common import files
 from data_pipeline import lexical_shortlist
-from tf_transformer.checkpoints import load_for_inference
+from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
 from tf_transformer.translator import Translator
 
 WARMUP_INPUTS = ("", "Hello.", "A man in a blue shirt is standing on a ladder cleaning windows.")
@@ -146,9 +146,9 @@ def write_batching_parameters(export_dir: str, max_batch_size: int) -> str:
   return path
 
 
-def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
+def export(model_dir, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
            checkpoint: str = "final", precision: str = "float32", shortlist_size: int = 0,
-           shortlist_per_source: int = 20, data_config=None) -> str:
+           shortlist_per_source: int = 20, data_config=None, ensemble_weights=()) -> str:
   """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
   the next version of `export_dir`, with `decode_config`'s search fixed in it and
   `translate_nbest` returning the whole beam, its matrix products' weights in `precision`
@@ -159,6 +159,10 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode
   lexicon of `shortlist_per_source` target pieces per source piece that is counted here over
   the training data of DataConfig `data_config` (data_pipeline/lexical_shortlist.py).
 
+  A list of model directories is exported as their ensemble (ensemble.py), with
+  `ensemble_weights` (one each; default: equal): the SavedModel holds every member's weights
+  and runs one search over them; its version is the next free number.
+
   Returns:
     The version folder written, `export_dir`/<the checkpoint's step, or the next free number>.
 
@@ -166,7 +170,15 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode
     ModelDirError: the model directory, its vocabulary or its checkpoint is unusable.
     CorpusError: a shortlist's training data is missing.
   """
-  model, vocabulary, step = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
+  members = {}
+  if isinstance(model_dir, str):
+    model, vocabulary, step = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
+  else:
+    model, vocabulary, steps = load_ensemble_for_inference(model_dir, src_lang, tgt_lang,
+                                                           checkpoint, ensemble_weights)
+    members = {"ensemble": list(model_dir), "ensemble_weights": list(model.weights),
+               "checkpoint_steps": steps}
+    step = 0  # no one checkpoint's step: the next free version
   lexicon = None
   if shortlist_size >= vocabulary.target_size:
     logging.info("--shortlist_size=%d is not below the target vocabulary's %d pieces: the "
@@ -180,7 +192,7 @@ def export(model_dir: str, src_lang: str, tgt_lang: str, export_dir: str, decode
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
               "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision,
               "shortlist_size": shortlist_size,
-              "shortlist_per_source": shortlist_per_source if shortlist_size else 0}
+              "shortlist_per_source": shortlist_per_source if shortlist_size else 0, **members}
   path = save_version(module, module.signatures(), export_dir, next_version(export_dir, step),
                       settings)
   write_batching_parameters(export_dir, module.max_batch_size)

@@ -143,6 +143,26 @@ ROWS = {
     "--nbest over --beam_size": translate(
         "--nbest=3",
         message="error: --nbest must be between 1 and --beam_size (2), got 3"),
+    "--ensemble of one model directory": translate(
+        "--ensemble={m}",
+        message="error: --ensemble needs two or more model directories, got 1"),
+    "--ensemble_weights unlike --ensemble": translate(
+        "--ensemble={m},{m}", "--ensemble_weights=1",
+        message="error: --ensemble_weights must be a number > 0 for each of the 2 --ensemble "
+                "directories, got '1'"),
+    "--ensemble with --saved_model": Case(
+        ("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg", "--ensemble={m},{m}",
+         "--saved_model={m}"),
+        message="error: give --ensemble (model directories) or --saved_model, not both"),
+    "an ensemble to CTranslate2": Case(
+        ("tf_transformer.bin.export_ctranslate2", "--flagfile=flags/tiny.cfg", "--ensemble={m},{m}",
+         "--output_dir={d}/ct2"),
+        message="error: the CTranslate2 format has no ensembles (CTranslate2 declined them): "
+                "export one model with --model_dir, or the ensemble with export_saved_model "
+                "--ensemble"),
+    "--sampling_topp=0": translate(
+        "--strategy=sample", "--sampling_topp=0",
+        message="error: flag --sampling_topp=0.0: must be in (0, 1] (see --helpfull)"),
     "--saved_model with --model_dir": Case(
         ("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
          "--saved_model={m}"),

@@ -259,3 +259,12 @@ def sentence_pairs(num, seed, max_words=25):
     return " ".join(rng.choice(words, size=int(rng.integers(1, max_words + 1))))
 
   return [(sentence(EN_WORDS), sentence(DE_WORDS)) for _ in range(num)]
+
+
+def assert_translate_alike(got, want, texts, **search):
+  """Two TranslationModels give the same n-best texts of `texts` (`search`: translate's
+  keyword arguments) and the same scores within float32 rounding."""
+  got, want = (model.translate(texts, **search) for model in (got, want))
+  assert [[h.text for h in hs] for hs in got] == [[h.text for h in hs] for hs in want]
+  np.testing.assert_allclose([h.score for hs in got for h in hs],
+                             [h.score for hs in want for h in hs], rtol=1e-5)

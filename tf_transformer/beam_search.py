@@ -127,7 +127,7 @@ def force_prefix(logits, prefix_ids, step, beam_size: int):
 
 def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, *,
                 batch, beam_size: int, eos_id: int, min_decode_length, buffer_length,
-                prefix_ids=None):
+                prefix_ids=None, gives_log_probs: bool = False):
   """Extends each live hypothesis by one token and keeps the 2K best extensions of a sentence.
 
   2K: even if K of them end in EOS, K live ones remain. The 2K best of a sentence are among the
@@ -147,6 +147,7 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
     min_decode_length: int32 scalar: EOS cannot be produced before this many tokens.
     buffer_length: L.
     prefix_ids: optional int32 [B, P], tokens forced at the first steps (see `beam_search`).
+    gives_log_probs: see `beam_search`.
 
   Returns:
     top_ids: int32 [B, 2K, L], the candidates: their parent's tokens and the new one.
@@ -165,7 +166,9 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
     allowed = force_prefix(allowed, prefix_ids, step, k)
   per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
   row_logits, row_tokens = top_k_rows(allowed, per_row)  # -> [B * K, 2K]
-  row_log_probs = row_logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+  row_log_probs = row_logits
+  if not gives_log_probs:
+    row_log_probs -= tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
   log_probs = _unflatten_beam(row_log_probs, batch, k)  # -> [B, K, 2K]
   log_probs += alive_log_probs[:, :, tf.newaxis]
   flat = tf.reshape(log_probs, [batch, -1])  # -> [B, K * 2K]
@@ -272,7 +275,7 @@ def _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, 
 
 def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
                 max_decode_length, eos_id: int, min_decode_length=0, buffer_length=None,
-                prefix_ids=None):
+                prefix_ids=None, gives_log_probs: bool = False):
   """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
 
   Every step expands each live hypothesis, keeps the 2K best extensions (at most K of them end
@@ -300,6 +303,8 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
       of 0s forces nothing). Each is scored with the model's log-probability, as a forced
       decoding scores it, and the search goes on from the end of the prefix. A prefix longer
       than its sentence's limit is cut there.
+    gives_log_probs: symbols_to_logits_fn gives the log-probabilities to score with (an
+      ensemble's weighted mean of log-softmax, not renormalised), not logits to normalise.
 
   Returns:
     ids: int32 [B, K, L], the tokens of each hypothesis, best first; EOS included, then 0s.
@@ -330,7 +335,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
     top_ids, top_log_probs, top_tokens, top_beams, cache = _grow_alive(
         symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, batch=batch,
         beam_size=k, eos_id=eos_id, min_decode_length=min_decode_length,
-        buffer_length=buffer_length, prefix_ids=prefix_ids)
+        buffer_length=buffer_length, prefix_ids=prefix_ids, gives_log_probs=gives_log_probs)
     # a candidate masked out (a forced step, or EOS before min_decode_length) only fills the 2K
     # places: it never counts as finished
     ends = tf.equal(top_tokens, eos_id) & (top_log_probs > NEG_INF / 2)

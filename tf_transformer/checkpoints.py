@@ -12,6 +12,7 @@ from absl import logging
 
 from common.files import TEMPORARY_MARK
 from data_pipeline import tokenizer
+from tf_transformer import ensemble
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model import build_model
 from tf_transformer.model_dir import ModelDirError
@@ -234,3 +235,41 @@ def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint:
   model = build_model(model_config)
   restore(tf.train.Checkpoint(model=model), path, partial=True)
   return model, vocabulary, checkpoint_step(path)
+
+
+def load_ensemble_for_inference(model_dirs, src_lang: str, tgt_lang: str,
+                                checkpoint: str = "final", weights=()):
+  """The models of several directories, at `checkpoint` each, as one ensemble.Ensemble.
+
+  Args:
+    model_dirs: two or more model directories, whose subword models must be the same.
+    weights: one per directory, > 0 (default: equal).
+
+  Returns:
+    (ensemble.Ensemble, the shared tokenizer.Vocabulary, [the step of each checkpoint]).
+
+  Raises:
+    ModelDirError: fewer than two directories, weights that do not match them, a directory
+      that is unusable, or two whose vocabularies differ (one line naming both).
+  """
+  model_dirs = list(model_dirs)
+  if len(model_dirs) < 2:
+    raise ModelDirError(f"an ensemble needs at least two model directories, got {model_dirs}")
+  if weights and (len(weights) != len(model_dirs) or min(weights) <= 0):
+    raise ModelDirError(f"{len(model_dirs)} ensemble members need as many weights > 0, got "
+                        f"{list(weights)}")
+  loaded = [load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
+            for model_dir in model_dirs]
+  vocabulary = loaded[0][1]
+  for model_dir, (_, other, _) in zip(model_dirs[1:], loaded[1:]):
+    if _subword_bytes(other) != _subword_bytes(vocabulary):
+      raise ModelDirError(f"{model_dirs[0]} and {model_dir} have different vocabularies (their "
+                          "subword models differ): an ensemble's members must share one")
+  members = ensemble.Ensemble(tuple(model for model, _, _ in loaded), tuple(weights))
+  return members, vocabulary, [step for _, _, step in loaded]
+
+
+def _subword_bytes(vocabulary) -> tuple:
+  """The bytes of a vocabulary's source and target subword models."""
+  return tuple(tf.io.gfile.GFile(path, "rb").read()
+               for path in (vocabulary.source_model_path, vocabulary.target_model_path))

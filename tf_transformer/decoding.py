@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, decoder_inputs
 from tf_transformer import beam_search
+from tf_transformer import ensemble
 from tf_transformer import shortlist as shortlist_lib
 from tf_transformer import strategies
 from tf_transformer.config import DecodeConfig
@@ -22,7 +23,8 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
   """The search of `config` (strategies.from_config) over the model's key/value-cached decoder.
 
   Args:
-    model: a Transformer.
+    model: a Transformer, or an ensemble.Ensemble (one search over the weighted mean of its
+      members' log-probabilities).
     source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
     config: config.DecodeConfig: the strategy and its settings. Each sentence gets at most
       its source length (EOS included) + extra_decode_length target tokens (EOS included),
@@ -58,27 +60,40 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
     max_decode_length = lengths + config.extra_decode_length
   if seeds is None:
     seeds = config.seed + tf.range(tf.shape(source_ids)[0], dtype=tf.int64)
-  memory, cross_bias = model.encode(source_ids, training=False)
-  cache = model.init_decode_cache(memory, buffer_length, output_ids=shortlist)
+  members = ensemble.weighted_members(model)
+  encoded = [member.encode(source_ids, training=False) for member, _ in members]
+  caches = [member.init_decode_cache(memory, buffer_length, output_ids=shortlist)
+            for (member, _), (memory, _) in zip(members, encoded)]
   forbidden = never_generated_bias(model.target_vocab_size)
   if shortlist is not None:
     forbidden = tf.gather(forbidden, shortlist)
     positions = shortlist_lib.vocabulary_positions(shortlist, model.target_vocab_size)
+  # one model: its logits, which the search normalises; several: the weighted mean of their
+  # log-probabilities, which it takes as they are (ensemble.py)
+  gives_log_probs = len(members) > 1
 
   # the search state holds only the self-attention buffers; the rest (the projected memory,
   # one copy per source that its beam hypotheses share) stays constant
-  def symbols_to_logits_fn(ids, step, self_cache):
-    logits, new_cache = model.decode_step(ids, step, cross_bias, dict(cache, self=self_cache),
-                                          logits_bias=forbidden)
+  def symbols_to_logits_fn(ids, step, self_caches):
+    scores, new_self = None, []
+    for (member, weight), (_, cross_bias), cache, self_cache in zip(members, encoded, caches,
+                                                                    self_caches):
+      logits, new_cache = member.decode_step(ids, step, cross_bias,
+                                             dict(cache, self=self_cache), logits_bias=forbidden)
+      if gives_log_probs:
+        logits = weight * (logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True))
+      scores = logits if scores is None else scores + logits
+      new_self.append(new_cache["self"])
     if shortlist is not None:  # [B * K, n] -> [B * K, V]: the search sees the vocabulary
-      logits = shortlist_lib.spread(logits, positions)
-    return logits, new_cache["self"]
+      scores = shortlist_lib.spread(scores, positions)
+    return scores, tuple(new_self)
 
   search = strategies.from_config(config)
   return search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
-                cache["self"], max_decode_length=max_decode_length, eos_id=EOS_ID,
-                min_decode_length=config.min_decode_length, buffer_length=buffer_length,
-                prefix_ids=prefix_ids, seeds=seeds)
+                tuple(cache["self"] for cache in caches), max_decode_length=max_decode_length,
+                eos_id=EOS_ID, min_decode_length=config.min_decode_length,
+                buffer_length=buffer_length, prefix_ids=prefix_ids, seeds=seeds,
+                gives_log_probs=gives_log_probs)
 
 
 def _width(ids):
@@ -98,7 +113,8 @@ def attention(model, source_ids, target_ids):
   (cached decoding equals full decoding), so the search itself pays nothing for them.
 
   Args:
-    model: a Transformer.
+    model: a Transformer, or an ensemble.Ensemble (its members' weights, weighted as their
+      log-probabilities are).
     source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
     target_ids: int32 [batch, T], EOS then PAD_IDs (`decode`'s ids[:, 0]).
 
@@ -107,9 +123,17 @@ def attention(model, source_ids, target_ids):
     while the model predicts each target token; rows of real target tokens sum to 1 over the
     real source tokens, the other rows are zeros.
   """
-  memory, cross_bias = model.encode(source_ids, training=False)
-  weights = model.cross_attention_weights(decoder_inputs(target_ids), memory, cross_bias)
+  weights = _weighted_mean(model, lambda member: member.cross_attention_weights(
+      decoder_inputs(target_ids), *member.encode(source_ids, training=False)))
   return tf.where(tf.not_equal(target_ids, PAD_ID)[:, :, tf.newaxis], weights, 0.0)
+
+
+def _weighted_mean(model, fn):
+  """fn(model) of a single model; the weighted sum of fn(member) over an Ensemble's members."""
+  members = ensemble.weighted_members(model)
+  if len(members) == 1:
+    return fn(model)
+  return tf.add_n([weight * fn(member) for member, weight in members])
 
 
 def strip_after_eos(ids):
@@ -125,7 +149,8 @@ def score(model, source_ids, target_ids, alpha: float = 0.0):
   """Forced decoding: the log-probability the model gives each target, as beam search scores it.
 
   Args:
-    model: a Transformer.
+    model: a Transformer, or an ensemble.Ensemble (the weighted mean of its members'
+      log-probabilities, as its search scores).
     source_ids: int32 [batch, source_length], PAD_ID-padded, EOS-terminated.
     target_ids: int32 [batch, target_length], PAD_ID-padded, EOS-terminated.
     alpha: GNMT length-penalty exponent; 0 gives the raw log-probability.
@@ -135,9 +160,13 @@ def score(model, source_ids, target_ids, alpha: float = 0.0):
     BOS excluded from the distribution, as in `decode`), over the length penalty.
   """
   real = tf.not_equal(target_ids, PAD_ID)
-  logits = model((source_ids, decoder_inputs(target_ids)), training=False)
-  log_probs = tf.nn.log_softmax(logits + never_generated_bias(model.target_vocab_size))
-  token_log_probs = tf.gather(log_probs, target_ids, axis=2, batch_dims=2)  # -> [batch, length]
+
+  def token_log_probs_of(member):  # -> [batch, length]
+    logits = member((source_ids, decoder_inputs(target_ids)), training=False)
+    log_probs = tf.nn.log_softmax(logits + never_generated_bias(member.target_vocab_size))
+    return tf.gather(log_probs, target_ids, axis=2, batch_dims=2)
+
+  token_log_probs = _weighted_mean(model, token_log_probs_of)
   total = tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)
   lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
   return total / beam_search.length_penalty(lengths, alpha)

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.checkpoints import load_for_inference
+from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
 from tf_transformer.config import DecodeConfig
 from tf_transformer.length_batching import align_texts, count_words, score_texts, translate_texts
 from tf_transformer.model_dir import ModelDirError
@@ -221,16 +221,19 @@ def _hypotheses(outputs, scores, nbest: int):
           for texts, values in zip(outputs, scores)]
 
 
-def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = None,
-         tgt_lang: str | None = None, **search) -> TranslationModel:
+def load(path, *, checkpoint: str | None = None, src_lang: str | None = None,
+         tgt_lang: str | None = None, weights=(), **search) -> TranslationModel:
   """A trained model to translate and score with, from a model directory or a SavedModel.
 
       model = tf_transformer.load("models/multi30k_en_de")
       model.translate(["A dog runs on the beach."], beam_size=4)
+      ensemble = tf_transformer.load(["models/run1", "models/run2"])
 
   Args:
-    path: a model directory (what train writes) or an exported SavedModel version folder
-      (one holding saved_model.pb).
+    path: a model directory (what train writes), an exported SavedModel version folder
+      (one holding saved_model.pb), or a list of model directories: an ensemble (ensemble.py),
+      their log-probabilities averaged with `weights` (one each; default: equal) at each step
+      of one search.
     checkpoint: a model directory's weights: final (default: the run's choice by dev), best,
       latest, average, ema or a checkpoint path (checkpoints.choose_checkpoint).
     src_lang, tgt_lang: the languages whose subword models a model directory with separate
@@ -242,6 +245,13 @@ def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = Non
   Raises:
     ModelDirError: the folder, its vocabulary or its checkpoint is unusable, in one line.
   """
+  paths = [path] if isinstance(path, str) else list(path)
+  if len(paths) > 1 or weights:
+    for folder in paths:
+      if tf.io.gfile.exists(os.path.join(folder, "saved_model.pb")):
+        raise ModelDirError(f"{folder}: a SavedModel; an ensemble is of model directories "
+                            "(export one with export_saved_model --ensemble)")
+  path = paths[0]
   if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
     if checkpoint is not None or search:
       raise ModelDirError(f"{path}: a SavedModel holds its own weights and search (fixed at "
@@ -249,17 +259,25 @@ def load(path: str, *, checkpoint: str | None = None, src_lang: str | None = Non
     return load_saved_model(path)
   model_dir_lib.check_exists(path)
   recorded = model_dir_lib.read_data(path)
-  return load_model_dir(path, src_lang or recorded.get("src_lang", "en"),
+  return load_model_dir(paths if len(paths) > 1 else path,
+                        src_lang or recorded.get("src_lang", "en"),
                         tgt_lang or recorded.get("tgt_lang", "de"), DecodeConfig(**search),
-                        checkpoint)
+                        checkpoint, weights)
 
 
-def load_model_dir(model_dir: str, src_lang: str, tgt_lang: str, decode_config,
-                   checkpoint: str | None = None) -> TranslationModel:
+def load_model_dir(model_dir, src_lang: str, tgt_lang: str, decode_config,
+                   checkpoint: str | None = None, weights=()) -> TranslationModel:
   """The model of `model_dir` at `checkpoint` (None: final), searching with `decode_config`'s
   settings unless a call gives others; tokens are counted as its real subword tokens (truncated
-  to max_source_length on the source side) + </s>."""
-  model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint or "final")
+  to max_source_length on the source side) + </s>. A list of directories: their ensemble,
+  with `weights` (see checkpoints.load_ensemble_for_inference)."""
+  if isinstance(model_dir, str):
+    model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang,
+                                              checkpoint or "final")
+  else:
+    model, vocabulary, _ = load_ensemble_for_inference(model_dir, src_lang, tgt_lang,
+                                                       checkpoint or "final", weights)
+    model_dir = ",".join(model_dir)
   translators = {}
 
   def functions_for(config):
@@ -331,14 +349,24 @@ def _export_search(saved_model: str, loaded) -> DecodeConfig:
 
 
 def load_inference(saved_model: str | None, model_dir: str | None, src_lang: str,
-                   tgt_lang: str, decode_config,
-                   checkpoint: str | None = None) -> TranslationModel:
-  """The CLIs' `--saved_model` or `--model_dir` (exactly one) as a TranslationModel; a model
-  directory searches with `decode_config` (the flags) at `checkpoint` (None: final).
+                   tgt_lang: str, decode_config, checkpoint: str | None = None,
+                   ensemble=(), weights=()) -> TranslationModel:
+  """The CLIs' `--saved_model`, `--model_dir` or `--ensemble` (the model directories of an
+  ensemble, with `weights`: --ensemble_weights) as a TranslationModel; model directories search
+  with `decode_config` (the flags) at `checkpoint` (None: final). --ensemble takes the place
+  of --model_dir (which a flagfile shared with training sets).
 
   Raises:
-    ModelDirError: both or neither given, a checkpoint with a SavedModel, or an unusable folder.
+    ModelDirError: none or two of them given, a checkpoint with a SavedModel, or an unusable
+      folder.
   """
+  if ensemble:
+    if saved_model:
+      raise ModelDirError("give --ensemble (model directories) or --saved_model, not both")
+    return load_model_dir(list(ensemble), src_lang, tgt_lang, decode_config, checkpoint,
+                          weights)
+  if weights:
+    raise ModelDirError("--ensemble_weights weigh the members of --ensemble")
   if bool(saved_model) == bool(model_dir):
     raise ModelDirError("give exactly one of --saved_model and --model_dir")
   if saved_model and checkpoint is not None:

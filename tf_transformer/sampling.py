@@ -101,7 +101,8 @@ def draw(logits, keys, top_k: int, top_p: float, temperature: float):
 
 def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_length,
            eos_id: int, *, top_k: int = 0, top_p: float = 1.0, temperature: float = 1.0,
-           alpha: float = 0.0, min_decode_length=0, buffer_length=None, prefix_ids=None):
+           alpha: float = 0.0, min_decode_length=0, buffer_length=None, prefix_ids=None,
+           gives_log_probs: bool = False):
   """One random output per row, drawn token by token.
 
   Args:
@@ -118,6 +119,8 @@ def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_l
     buffer_length: L (>= every max_decode_length; required when that is a tensor).
     prefix_ids: optional int32 [B, P]: each row's first tokens, forced (0-padded), as in
       beam_search.
+    gives_log_probs: symbols_to_logits_fn gives the log-probabilities to score with (as in
+      beam_search); the draws are from their softmax all the same.
 
   Returns:
     ids: int32 [B, 1, L], EOS included, then 0s (a row that reached its limit has no EOS).
@@ -144,8 +147,9 @@ def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_l
     if prefix_ids is not None:
       allowed = force_prefix(allowed, prefix_ids, step, 1)
     tokens = draw(allowed, row_keys(seeds, step), top_k, top_p, temperature)
-    token_log_probs = (tf.gather(logits, tokens, batch_dims=1)
-                       - tf.reduce_logsumexp(logits, axis=-1))
+    token_log_probs = tf.gather(logits, tokens, batch_dims=1)
+    if not gives_log_probs:
+      token_log_probs -= tf.reduce_logsumexp(logits, axis=-1)
     writing = tf.logical_not(finished) & (step < limits)  # [B]
     tokens = tf.where(writing, tokens, 0)
     ids += tokens[:, tf.newaxis] * tf.one_hot(step, buffer_length, dtype=tf.int32)

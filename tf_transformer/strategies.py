@@ -1,8 +1,9 @@
 """The decoding strategies, chosen from a DecodeConfig in one place (`from_config`).
 
 A strategy runs a whole search over one `symbols_to_logits_fn` (the model's cached decoder
-step, or an ensemble's); it never imports a model. Each returns the same thing: int32 ids
-[B, N, L] (N hypotheses per row, best first, EOS then 0s) and float32 scores [B, N].
+step, or an ensemble's: `gives_log_probs`); it never imports a model. Each returns the same
+thing: int32 ids [B, N, L] (N hypotheses per row, best first, EOS then 0s) and float32 scores
+[B, N].
 """
 
 import dataclasses
@@ -24,11 +25,12 @@ class BeamSearch:
     return self.beam_size
 
   def __call__(self, symbols_to_logits_fn, initial_ids, initial_cache, *, max_decode_length,
-               eos_id: int, min_decode_length, buffer_length, prefix_ids=None, seeds=None):
+               eos_id: int, min_decode_length, buffer_length, prefix_ids=None, seeds=None,
+               gives_log_probs=False):
     del seeds  # deterministic
     return beam_search.beam_search(symbols_to_logits_fn, initial_ids, initial_cache,
                                    self.beam_size, self.alpha, max_decode_length, eos_id,
-                                   min_decode_length, buffer_length, prefix_ids)
+                                   min_decode_length, buffer_length, prefix_ids, gives_log_probs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +46,15 @@ class RandomSampling:
     return 1
 
   def __call__(self, symbols_to_logits_fn, initial_ids, initial_cache, *, max_decode_length,
-               eos_id: int, min_decode_length, buffer_length, prefix_ids=None, seeds=None):
+               eos_id: int, min_decode_length, buffer_length, prefix_ids=None, seeds=None,
+               gives_log_probs=False):
     if seeds is None:
       raise ValueError("random sampling needs a seed for each row")
     return sampling.sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds,
                            max_decode_length, eos_id, top_k=self.top_k, top_p=self.top_p,
                            temperature=self.temperature, alpha=self.alpha,
                            min_decode_length=min_decode_length, buffer_length=buffer_length,
-                           prefix_ids=prefix_ids)
+                           prefix_ids=prefix_ids, gives_log_probs=gives_log_probs)
 
 
 STRATEGIES = ("beam", "sample")  # config.CHOICES["strategy"]

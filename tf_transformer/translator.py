@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import decoding
+from tf_transformer import ensemble
 from tf_transformer import shortlist as shortlist_lib
 from tf_transformer import strategies
 from tf_transformer.config import DecodeConfig
@@ -62,7 +63,8 @@ class Translator(tf.Module):
   (beam search), and `sample` and `sample_prefix` (random sampling), over a Transformer.
 
   Args:
-    model: the Transformer (its variables are tracked, the object is not).
+    model: the Transformer, or an ensemble.Ensemble of them decoded as one (their variables
+      are tracked, the objects are not).
     vocabulary: data_pipeline.tokenizer.Vocabulary with the source/target tokenizers.
     config: config.DecodeConfig, fixed here: the beam signatures search with its beam_size and
       alpha and return its nbest best; the sampling signatures draw with its sampling_topk,
@@ -94,9 +96,14 @@ class Translator(tf.Module):
       raise ValueError(f"shortlist_size must be 0 (none) or at least 2, got {shortlist_size}")
     if 0 < shortlist_size < model.target_vocab_size and lexicon is None:
       raise ValueError("a shortlist_size needs the lexicon to choose the shortlists from")
-    added, replaced = precisions.convert(model, precision)
-    replaced = {variable.path for variable in replaced}
-    self.model_variables = [v.value for v in model.variables if v.path not in replaced] + added
+    added, replaced = [], set()
+    members = {id(member): member for member, _ in ensemble.weighted_members(model)}
+    for member in members.values():  # (a model ensembled with itself is converted once)
+      new, old = precisions.convert(member, precision)
+      added += new
+      replaced |= {variable.path for variable in old}
+    variables = {id(v): v for member in members.values() for v in member.variables}.values()
+    self.model_variables = [v.value for v in variables if v.path not in replaced] + added
     self.precision = precision
     self.source_tokenizer = vocabulary.source
     self.target_tokenizer = vocabulary.target

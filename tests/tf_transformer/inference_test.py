@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
 from export import serving
+from tests import testutil
 from tf_transformer import decoding, inference
 from tf_transformer import length_batching
 from tf_transformer import checkpoints
@@ -253,3 +254,33 @@ def test_sampled_translations_repeat_for_a_seed_in_any_batch(tiny_model_dir):
   others = model.translate(texts, nbest=3, **dict(search, seed=6))
   assert [[h.text for h in hs] for hs in others] != [[h.text for h in hs] for hs in three]
   assert len({h.text for hypotheses in three for h in hypotheses}) > 5  # not one output each
+
+
+def test_an_ensemble_of_a_model_with_itself_translates_as_the_model(tiny_model_dir, tmp_path):
+  """load([dir, dir]) (any weights) translates, samples, scores and aligns as load(dir); a
+  SavedModel among the members and members of different vocabularies are refused in one line."""
+  texts = ["aa bb", "cc dd ee", "", "ff gg hh ii"]
+  single = inference.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
+  for weights in ((), (1, 3)):
+    doubled = inference.load([str(tiny_model_dir)] * 2, weights=weights, beam_size=2,
+                             extra_decode_length=4)
+    assert doubled.path == f"{tiny_model_dir},{tiny_model_dir}"
+    testutil.assert_translate_alike(doubled, single, texts, nbest=2)
+    sampled = dict(strategy="sample", seed=3, sampling_temperature=1.5)
+    assert doubled.translate(texts, **sampled) == single.translate(texts, **sampled)
+    np.testing.assert_allclose(doubled.score(texts, ["vv", "ww xx", "", "yy"]),
+                               single.score(texts, ["vv", "ww xx", "", "yy"]), rtol=1e-5)
+    assert doubled.align(texts)[1] == single.align(texts)[1]
+  (tmp_path / "saved_model.pb").write_bytes(b"")
+  with pytest.raises(ModelDirError) as error:
+    inference.load([str(tiny_model_dir), str(tmp_path)])
+  assert str(error.value) == (f"{tmp_path}: a SavedModel; an ensemble is of model directories "
+                              "(export one with export_saved_model --ensemble)")
+
+
+def test_ensemble_members_must_share_their_vocabulary(tiny_model_dir, reversal_model):
+  with pytest.raises(ModelDirError) as error:
+    inference.load([str(tiny_model_dir), str(reversal_model[0])], src_lang="en", tgt_lang="de")
+  assert str(error.value) == (
+      f"{tiny_model_dir} and {reversal_model[0]} have different vocabularies (their subword "
+      "models differ): an ensemble's members must share one")

@@ -1,5 +1,5 @@
 """Scores a model on a test set: `python -m tf_transformer.bin.evaluate --src F --ref F
-(--saved_model=DIR | --flagfile=F --model_dir=DIR)`.
+(--saved_model=DIR | --flagfile=F --model_dir=DIR | --flagfile=F --ensemble=DIR1,DIR2[,...])`.
 
 Prints sacreBLEU (with its signature), chrF and BLEU-1..4, writes the hypotheses to --output
 (default hypotheses.txt) and ends with one JSON line of every figure.
@@ -32,7 +32,8 @@ def main(argv):
   scan_parallel(FLAGS.src, FLAGS.ref)
   pairs = read_parallel(FLAGS.src, FLAGS.ref)
   model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
-                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
+                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None,
+                         *shared_flags.ensemble_from_flags())
   sources, references = [list(side) for side in zip(*pairs)]
   path = FLAGS.output or "hypotheses.txt"
   with files.atomic_file(path) as f:

@@ -9,6 +9,7 @@ The folder is written under a temporary name and renamed at the end.
 from absl import flags
 
 from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
+from tf_transformer.config import FlagError
 
 flags.DEFINE_string("output_dir", None, "The CTranslate2 model folder.")
 flags.DEFINE_enum("quantization", "float32",
@@ -20,6 +21,12 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   cli.start(argv)
+  if FLAGS.ensemble:
+    raise FlagError("the CTranslate2 format has no ensembles (CTranslate2 declined them): "
+                    "export one model with --model_dir, or the ensemble with "
+                    "export_saved_model --ensemble")
+  if not FLAGS.model_dir:
+    raise FlagError("--model_dir is required (see --helpfull)")
   from export import ctranslate2
 
   print(ctranslate2.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.output_dir,
@@ -27,7 +34,7 @@ def main(argv):
 
 
 def run():
-  cli.run(main, required_flags=("model_dir", "output_dir"))
+  cli.run(main, required_flags=("output_dir",))  # and --model_dir, checked after --ensemble
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from absl import flags
 
 from tf_transformer import config
 from tf_transformer.bin import cli, shared_flags
+from tf_transformer.config import FlagError
 
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
 flags.DEFINE_enum("precision", "float32", list(config.CHOICES["precision"]),
@@ -45,16 +46,20 @@ def main(argv):
   cli.start(argv)
   from export import serving
 
+  members, weights = shared_flags.ensemble_from_flags()
+  if not (members or FLAGS.model_dir):
+    raise FlagError("--model_dir is required (or --ensemble: the model directories of an "
+                    "ensemble)")
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
-  print(serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.export_dir,
-                       shared_flags.decode_config_from_flags(), FLAGS.checkpoint,
-                       FLAGS.precision, FLAGS.shortlist_size, FLAGS.shortlist_per_source,
-                       data_config))
+  print(serving.export(members or FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
+                       FLAGS.export_dir, shared_flags.decode_config_from_flags(),
+                       FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
+                       FLAGS.shortlist_per_source, data_config, weights))
 
 
 def run():
   FLAGS.set_default("decode_jit", True)  # a server decodes for long: the compilations pay
-  cli.run(main, required_flags=("model_dir", "export_dir"))
+  cli.run(main, required_flags=("export_dir",))
 
 
 if __name__ == "__main__":

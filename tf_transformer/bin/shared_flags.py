@@ -167,6 +167,12 @@ flags.DEFINE_string("checkpoint", "final",
                     "best (by dev BLEU; else the latest), latest, average (written by "
                     "average_checkpoints), ema (the moving average of a run with --ema_decay, as "
                     "of its latest checkpoint) or a checkpoint path such as models/x/ckpt-2000.")
+flags.DEFINE_list("ensemble", [],
+                  "Model directories (two or more, one vocabulary) that translate, evaluate and "
+                  "export_saved_model decode as one model, their log-probabilities averaged at "
+                  "each step; each at --checkpoint. Takes the place of --model_dir.")
+flags.DEFINE_list("ensemble_weights", [],
+                  "With --ensemble: a weight > 0 for each member (default: equal).")
 
 
 # The real-valued flags' domains, checked when the flags are parsed, before anything is built
@@ -237,6 +243,21 @@ _FIXED_AT_EXPORT = ("beam_size", "alpha", "sampling_topk", "sampling_topp",
                     "sampling_temperature")
 
 
+def ensemble_from_flags() -> tuple[list[str], tuple[float, ...]]:
+  """(--ensemble's directories, --ensemble_weights as numbers)."""
+  try:
+    weights = tuple(float(weight) for weight in FLAGS.ensemble_weights)
+  except ValueError:
+    weights = (0.0,)
+  _require(all(weight > 0 for weight in weights) and (
+      not weights or len(weights) == len(FLAGS.ensemble)),
+           f"--ensemble_weights must be a number > 0 for each of the {len(FLAGS.ensemble)} "
+           f"--ensemble directories, got {','.join(FLAGS.ensemble_weights)!r}")
+  _require(not FLAGS.ensemble or len(FLAGS.ensemble) >= 2,
+           f"--ensemble needs two or more model directories, got {len(FLAGS.ensemble)}")
+  return list(FLAGS.ensemble), weights
+
+
 def per_call_search() -> dict:
   """The search settings that translate and evaluate pass to each call (those a SavedModel
   lets a call choose: strategy and seed).
@@ -247,5 +268,5 @@ def per_call_search() -> dict:
   given = [f"--{name}" for name in _FIXED_AT_EXPORT if FLAGS[name].present]
   _require(not (FLAGS.saved_model and given),
            f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} fixed in a SavedModel "
-           "at export (its assets.extra/decoding.json lists them)")
+           "at export (its assets.extra/decoding.json has the values)")
   return {"strategy": FLAGS.strategy, "seed": FLAGS.seed}

@@ -1,5 +1,6 @@
 """Translates text, one sentence a line, or scores given translations:
-`python -m tf_transformer.bin.translate (--saved_model=DIR | --flagfile=F --model_dir=DIR)
+`python -m tf_transformer.bin.translate (--saved_model=DIR | --flagfile=F --model_dir=DIR |
+--flagfile=F --ensemble=DIR1,DIR2[,...] [--ensemble_weights=W1,W2,...])
 [--input F] [--output F] [--beam_size --alpha --nbest --batch_size --batch_tokens]
 [--strategy=sample --sampling_topk --sampling_topp --sampling_temperature --seed]
 [--stream] [--print_alignment] [--score --targets F] [--target_prefix F]`.
@@ -84,7 +85,8 @@ def main(argv):
       raise FlagError(f"{FLAGS.input or '<stdin>'} has {len(sources)} lines but "
                              f"{FLAGS.targets} has {len(targets)}; they must be line-aligned")
   model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
-                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None)
+                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None,
+                         *shared_flags.ensemble_from_flags())
   batch_tokens = FLAGS.batch_tokens if FLAGS["batch_tokens"].present else None
   batch_size = FLAGS.batch_size if batch_tokens is None or FLAGS["batch_size"].present else None
   batching = dict(batch_size=batch_size, batch_tokens=batch_tokens)

@@ -52,7 +52,7 @@ def test_translate_keeps_order_and_empty_lines(tiny_model_dir, tmp_path):
   assert piped.stdout.split("\n")[:-1] == [outputs[i] for i in (5, 3, 2, 0)]
 
 
-def test_translate_nbest_is_sorted(tiny_model_dir):
+def test_translate_nbest_is_sorted_and_an_ensemble_of_the_model_gives_it(tiny_model_dir):
   result = translate(tiny_model_dir, "--nbest=2", stdin="aa bb cc\ndd ee\n")
   assert result.returncode == 0, result.stderr
   # TensorFlow's C++ start-up lines ("I0000 00:00:..." and absl's notice) are filtered out
@@ -62,6 +62,13 @@ def test_translate_nbest_is_sorted(tiny_model_dir):
   assert [row[0] for row in rows] == ["0", "0", "1", "1"]
   for first, second in ((rows[0], rows[1]), (rows[2], rows[3])):
     assert float(first[2]) >= float(second[2])
+  # the model ensembled with itself (in place of the flagfile's --model_dir): the same lines
+  ensembled = translate(tiny_model_dir, "--nbest=2",
+                        f"--ensemble={tiny_model_dir},{tiny_model_dir}", "--ensemble_weights=2,1",
+                        stdin="aa bb cc\ndd ee\n")
+  assert ensembled.returncode == 0, ensembled.stderr
+  assert [line.split(" ||| ")[:2] for line in ensembled.stdout.strip().split("\n")] == [
+      row[:2] for row in rows]
 
 
 def test_bad_inputs_are_one_line_errors(tiny_model_dir, tmp_path):
