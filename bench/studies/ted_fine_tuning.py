@@ -19,10 +19,9 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
-import time
 
+from bench.studies.tool_runs import final_dev_bleu, run_tool
 from data_pipeline import wit3
 
 
@@ -57,25 +56,10 @@ def write_ted(ted, folder):
   return counts
 
 
-def _run(*args):
-  """Runs `python -m args...`, its stderr passed through; returns (last JSON line, seconds)."""
-  start = time.monotonic()
-  result = subprocess.run([sys.executable, "-m", *args], stdout=subprocess.PIPE, text=True)
-  seconds = time.monotonic() - start
-  if result.returncode != 0:
-    sys.exit(f"error: {' '.join(args[:1])} exited with {result.returncode}")
-  return json.loads(result.stdout.strip().splitlines()[-1]), seconds
-
-
-def _dev(results):
-  """Dev BLEU of the run's final weights."""
-  return round(results.get(f"dev_bleu_{results.get('final_weights')}", results["best_dev_bleu"]), 2)
-
-
 def evaluate(preset, model_dir, src, ref, output):
-  results, _ = _run("tf_transformer.bin.evaluate", f"--flagfile={preset}",
-                    f"--model_dir={model_dir}", "--src_lang=en", "--tgt_lang=de", f"--src={src}",
-                    f"--ref={ref}", f"--output={output}")
+  results, _ = run_tool("tf_transformer.bin.evaluate", f"--flagfile={preset}",
+                        f"--model_dir={model_dir}", "--src_lang=en", "--tgt_lang=de",
+                        f"--src={src}", f"--ref={ref}", f"--output={output}")
   return round(results["bleu"], 2)
 
 
@@ -83,9 +67,9 @@ def train(preset, data, model_dir, steps, *flags):
   """A run on the TED split; returns (its results, seconds). The run decodes no test set
   (`--test_prefix=` clears the preset's): the table's scores all come from `evaluate`
   (float32), like the caption model's, and tst2017 is decoded once."""
-  return _run("tf_transformer.train", f"--flagfile={preset}", f"--data_dir={data}",
-              f"--model_dir={model_dir}", "--dev_prefix=val", "--test_prefix=",
-              f"--train_steps={steps}", *flags)
+  return run_tool("tf_transformer.train", f"--flagfile={preset}", f"--data_dir={data}",
+                  f"--model_dir={model_dir}", "--dev_prefix=val", "--test_prefix=",
+                  f"--train_steps={steps}", *flags)
 
 
 def main():
@@ -120,7 +104,7 @@ def main():
                            f"--learning_rate={args.learning_rate}", *every)
   rows["fine_tuned"] = {
       "minutes": round(seconds / 60, 1), "steps": args.train_steps,
-      "final_weights": results.get("final_weights"), "dev": _dev(results),
+      "final_weights": results.get("final_weights"), "dev": final_dev_bleu(results),
       "tst2017": evaluate(args.preset, fine_tuned, *test,
                           os.path.join(args.out, "fine_tuned.tst2017.de")),
       "flickr": evaluate(args.preset, fine_tuned, *flickr,
@@ -131,7 +115,7 @@ def main():
                            f"--warmup_steps={max(1, args.train_steps // 3)}", *every)
   rows["scratch"] = {
       "minutes": round(seconds / 60, 1), "steps": args.train_steps,
-      "final_weights": results.get("final_weights"), "dev": _dev(results),
+      "final_weights": results.get("final_weights"), "dev": final_dev_bleu(results),
       "tst2017": evaluate(args.preset, scratch, *test,
                           os.path.join(args.out, "scratch.tst2017.de"))}
 
