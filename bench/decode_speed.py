@@ -15,7 +15,9 @@ length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in -
     --shortlist_size target pieces (1024 by default here), its lexicon of
     --shortlist_per_source candidates counted over random id pairs of the bench's lengths, so
     a request's shortlist holds lexical candidates as a real one does; "saved_model_ensemble2":
-    an ensemble of this model and a second one of the same dims, one search over both);
+    an ensemble of this model and a second one of the same dims, one search over both;
+    "saved_model_sample": its `sample` signature, a random sample of the whole distribution a
+    sentence, timed with the beam-1 rows);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, on
     --ct2_threads threads, on the same subword pieces: CTranslate2 on exactly our weights
     ("ct2_int8": its int8 compute type, the weights quantised when loaded).
@@ -46,7 +48,8 @@ flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
                   "What to time: function, function_jit, saved_model, saved_model_graph, "
                   "saved_model_bfloat16, saved_model_int8, saved_model_shortlist, "
-                  "saved_model_int8_shortlist, saved_model_ensemble2, ct2, ct2_int8.")
+                  "saved_model_int8_shortlist, saved_model_ensemble2, saved_model_sample, ct2, "
+                  "ct2_int8.")
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -184,8 +187,10 @@ def main(argv):
         ("saved_model_int8", True, "int8", False, 1),
         ("saved_model_shortlist", True, "float32", True, 1),
         ("saved_model_int8_shortlist", True, "int8", True, 1),
-        ("saved_model_ensemble2", True, "float32", False, 2)):
-      if path in FLAGS.paths:
+        ("saved_model_ensemble2", True, "float32", False, 2),
+        ("saved_model_sample", True, "float32", False, 1)):
+      sampling = path == "saved_model_sample"
+      if path in FLAGS.paths and (beam == 1 or not sampling):
         shortlist = {}
         if shortlisted:
           if lexicon is None:
@@ -198,8 +203,16 @@ def main(argv):
                             precision=precision, **shortlist)
         export_dir = os.path.join(FLAGS.workdir, f"{path}_beam{beam}")
         tf.saved_model.save(module, export_dir, signatures=module.signatures())
-        serve = tf.saved_model.load(export_dir).signatures["serving_default"]
-        times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy() for texts in text_batches])
+        signatures = tf.saved_model.load(export_dir).signatures
+        if sampling:  # one seed a row
+          sample = signatures["sample"]
+          times = _timed(lambda: [sample(inputs=texts, seed=tf.range(tf.size(texts),
+                                                                     dtype=tf.int64))
+                                  ["outputs"].numpy() for texts in text_batches])
+        else:
+          serve = signatures["serving_default"]
+          times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy()
+                                  for texts in text_batches])
         results.append((path, beam, times))
     for path, translator in ct2_translators.items():
       times = _timed(_ct2_translate(translator, pieces, beam, length))
