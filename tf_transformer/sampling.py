@@ -64,7 +64,8 @@ def nucleus_mask(sorted_logits, top_p: float):
 
 def candidates(logits, top_k: int, top_p: float):
   """The tokens a row may draw from and their logits (float32 [B, N], NEG_INF for a token that
-  the nucleus leaves out), int32 [B, N] ids (N = top_k, or V with top_k 0).
+  the nucleus leaves out), int32 [B, N] ids (N = top_k, or V with top_k 0); with neither filter,
+  the logits as they are and int32 [V] ids 0..V-1, the same for every row.
 
   Args:
     logits: float32 [B, V], already divided by the temperature.
@@ -77,7 +78,7 @@ def candidates(logits, top_k: int, top_p: float):
   elif top_p < 1.0:
     values, ids = tf.math.top_k(logits, k=tf.shape(logits)[-1])  # a sort of each row
   else:
-    return logits, tf.range(tf.shape(logits)[-1])[tf.newaxis] + tf.zeros_like(logits, tf.int32)
+    return logits, tf.range(tf.shape(logits)[-1])
   if top_p < 1.0:
     values = tf.where(nucleus_mask(values, top_p), values, NEG_INF)
   return values, ids
@@ -96,7 +97,7 @@ def draw(logits, keys, top_k: int, top_p: float, temperature: float):
   values, ids = candidates(logits / temperature, top_k, top_p)
   noisy = tf.where(values > NEG_INF / 2, values + gumbel_noise(keys, ids), 2 * NEG_INF)
   best = tf.argmax(noisy, axis=-1, output_type=tf.int32)
-  return tf.gather(ids, best, batch_dims=1)
+  return best if ids.shape.rank == 1 else tf.gather(ids, best, batch_dims=1)
 
 
 def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_length,

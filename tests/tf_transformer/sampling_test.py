@@ -80,7 +80,8 @@ NUCLEUS_PROBS = np.array([0.2, 0.1, 0.05, 0.5, 0.15])
 def test_the_nucleus_is_the_smallest_set_whose_probability_reaches_p(top_p, want):
   logits = tf.constant(np.log(NUCLEUS_PROBS)[np.newaxis], tf.float32)
   values, ids = sampling.candidates(logits, top_k=0, top_p=top_p)
-  kept = {int(i) for i, v in zip(ids.numpy()[0], values.numpy()[0]) if v > -1e8}
+  ids = np.broadcast_to(ids.numpy(), values.shape)  # ([V] with no filter: every row's)
+  kept = {int(i) for i, v in zip(ids[0], values.numpy()[0]) if v > -1e8}
   assert kept == want
 
 
