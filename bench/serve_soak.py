@@ -23,6 +23,7 @@ per (system, clients), and the process RSS of the SavedModel runs; the last line
 import json
 import os
 import random
+import shutil
 import statistics
 import threading
 import time
@@ -31,13 +32,15 @@ from absl import app, flags
 
 from bench import decode_speed  # (defines --workdir; its subword model)
 from tf_transformer.bin import shared_flags  # (defines the model and decoding flags)
-from tf_transformer.bin import export_saved_model  # (defines --precision)
+from tf_transformer.bin import export_saved_model  # (defines --precision and --batching)
 
 flags.DEFINE_float("minutes", 10.0, "How long to send requests, per system and client count.")
 flags.DEFINE_list("clients", ["8"], "Numbers of concurrent clients, one run each.")
 flags.DEFINE_string("sentences", None, "Source sentences, one per line (.gz read too).")
 flags.DEFINE_list("ct2", [], "CTranslate2 compute types to serve the same weights with "
                   "(float32, int8); needs --model_dir.")
+flags.DEFINE_integer("ct2_intra_threads", 1, "CTranslate2's threads per translation "
+                     "(intra_threads); inter_threads is min(clients, cores).", lower_bound=1)
 FLAGS = flags.FLAGS
 
 
@@ -64,16 +67,19 @@ def _random_export(tf):
                                                       vocabulary.target_size)
   search = DecodeConfig(beam_size=FLAGS.beam_size, max_source_length=FLAGS.max_length,
                         extra_decode_length=FLAGS.extra_decode_length, decode_jit=True)
-  module = Translator(build_model(model_config), vocabulary, search, precision=FLAGS.precision)
-  folder = os.path.join(FLAGS.workdir, "soak_export")
-  tf.saved_model.save(module, folder, signatures=module.signatures())
-  return folder
+  module = Translator(build_model(model_config), vocabulary, search, precision=FLAGS.precision,
+                      batching=export_saved_model.batching_config_from_flags())
+  from export import serving
+
+  export_dir = os.path.join(FLAGS.workdir, "soak_export")
+  shutil.rmtree(export_dir, ignore_errors=True)
+  return serving.save_version(module, module.signatures(), export_dir, 1, {},
+                              module.batching.value)
 
 
 def _trained_export():
   """--model_dir exported to a fresh folder under --workdir; returns the version folder."""
   import dataclasses
-  import shutil
 
   from export import serving
 
@@ -83,7 +89,8 @@ def _trained_export():
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
   return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir,
                         decode_config, FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
-                        FLAGS.shortlist_per_source, data_config)
+                        FLAGS.shortlist_per_source, data_config,
+                        batching=export_saved_model.batching_config_from_flags())
 
 
 def _ct2_translate_fns(clients: int):
@@ -108,7 +115,8 @@ def _ct2_translate_fns(clients: int):
   fns = {}
   for compute_type in FLAGS.ct2:
     translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
-                                        inter_threads=inter, intra_threads=1)
+                                        inter_threads=inter,
+                                        intra_threads=FLAGS.ct2_intra_threads)
 
     def translate(text, translator=translator):
       pieces = source.encode(text, out_type=str)[:FLAGS.max_length]
@@ -179,8 +187,13 @@ def main(argv):
 
   if FLAGS.ct2 and not FLAGS.model_dir:
     raise app.UsageError("--ct2 needs --model_dir (the weights CTranslate2 serves)")
+  from tf_transformer import inference
+
   folder = _trained_export() if FLAGS.model_dir else _random_export(tf)
-  serve = tf.saved_model.load(folder).signatures["serving_default"]
+  loaded = tf.saved_model.load(folder)
+  serve = loaded.signatures["serving_default"]
+  if FLAGS.batching:  # as TF Serving at load: each merged batch size compiles
+    inference.replay_warmup_requests(folder, loaded)
   sentences = _sentences()
   # every shape bucket of one sentence compiles before the clock: a spread of lengths
   for text in sorted(set(sentences), key=len)[::max(1, len(set(sentences)) // 100)]:
@@ -193,7 +206,8 @@ def main(argv):
   report = []
   for clients in (int(c) for c in FLAGS.clients):
     ours = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
-                                               if FLAGS.shortlist_size else "")
+                                               if FLAGS.shortlist_size else "") + (
+                                                   "_batching" if FLAGS.batching else "")
     systems = {ours: saved_model}
     if FLAGS.ct2:
       systems.update(_ct2_translate_fns(clients))

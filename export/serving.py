@@ -19,6 +19,10 @@ from tf_transformer.translator import Translator
 
 WARMUP_INPUTS = ("", "Hello.", "A man in a blue shirt is standing on a ladder cleaning windows.")
 WARMUP_BATCH_SIZES = (1, 8)
+# With in-graph batching, also a text of about 30 subword pieces (an 8k vocabulary of English),
+# the width of most merged batches of sentences
+WARMUP_LONG_INPUT = ("Two young, White males are outside near many bushes. Several men in hard "
+                     "hats are operating a giant pulley system.")
 BATCHING_PARAMETERS = "batching_parameters.txt"
 
 
@@ -43,9 +47,26 @@ def _warmup_log(signature_name: str, specs, texts):
       predict_log=prediction_log_pb2.PredictLog(request=request))
 
 
-def write_warmup_requests(version_dir: str, signatures: dict, inputs=WARMUP_INPUTS) -> str:
-  """assets.extra/tf_serving_warmup_requests: PredictionLog records of a 1-row and an 8-row
-  request to every signature.
+def _warmup_batches(signatures: dict, batching) -> list[tuple[str, list[str]]]:
+  """(signature name, texts) of each warm-up request: WARMUP_BATCH_SIZES rows of the cycled
+  WARMUP_INPUTS for each signature; with `batching` (config.BatchingConfig), for each of
+  Translator.BATCHED_SIGNATURES instead, each allowed batch size of rows, all one text, for each
+  of WARMUP_INPUTS and WARMUP_LONG_INPUT: its merged searches run at those sizes, and a batch is
+  as wide as its widest text, so every merge of texts as wide as these is compiled at load."""
+  requests = []
+  for name in signatures:
+    if batching and name in Translator.BATCHED_SIGNATURES:
+      requests += [(name, [text] * size) for size in batching.allowed_batch_sizes
+                   for text in WARMUP_INPUTS + (WARMUP_LONG_INPUT,)]
+    else:
+      requests += [(name, [WARMUP_INPUTS[i % len(WARMUP_INPUTS)] for i in range(batch)])
+                   for batch in WARMUP_BATCH_SIZES]
+  return requests
+
+
+def write_warmup_requests(version_dir: str, signatures: dict, batching=None) -> str:
+  """assets.extra/tf_serving_warmup_requests: PredictionLog records of the requests of
+  `_warmup_batches` (a 1-row and an 8-row request to each signature without batching).
 
   TF Serving replays them at load, before it takes traffic, so the first real request to any
   signature does not pay for its tracing or for the XLA compilation of those batch buckets.
@@ -53,8 +74,8 @@ def write_warmup_requests(version_dir: str, signatures: dict, inputs=WARMUP_INPU
   Args:
     version_dir: the SavedModel folder.
     signatures: {signature name: concrete function}, as saved; every input is [None], strings
-      or integers.
-    inputs: the texts, cycled to fill a batch; `score` gets them as both source and target.
+      or integers (`score` gets the texts as both source and target).
+    batching: the export's config.BatchingConfig, or None.
 
   Returns:
     The path of the records file.
@@ -62,15 +83,14 @@ def write_warmup_requests(version_dir: str, signatures: dict, inputs=WARMUP_INPU
   path = tf.io.gfile.join(version_dir, "assets.extra", "tf_serving_warmup_requests")
   tf.io.gfile.makedirs(tf.io.gfile.join(version_dir, "assets.extra"))
   with tf.io.TFRecordWriter(path) as writer:
-    for name, signature in signatures.items():
-      for batch in WARMUP_BATCH_SIZES:
-        texts = [inputs[i % len(inputs)] for i in range(batch)]
-        specs = tf.nest.flatten(signature.structured_input_signature)
-        writer.write(_warmup_log(name, specs, texts).SerializeToString())
+    for name, texts in _warmup_batches(signatures, batching):
+      specs = tf.nest.flatten(signatures[name].structured_input_signature)
+      writer.write(_warmup_log(name, specs, texts).SerializeToString())
   return path
 
 
-def save_version(module, signatures: dict, export_dir: str, version: int, settings: dict) -> str:
+def save_version(module, signatures: dict, export_dir: str, version: int, settings: dict,
+                 batching=None) -> str:
   """Saves `module` as `{export_dir}/{version}`, complete or not at all.
 
   The SavedModel, its warm-up requests and `assets.extra/decoding.json` (the decoding settings
@@ -83,7 +103,7 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
   # TF Serving loads numeric folder names only: it never sees the temporary `<version>.tmp-*`
   with files.atomic_path(final, overwrite=False) as temporary:
     tf.saved_model.save(module, temporary, signatures=signatures)
-    write_warmup_requests(temporary, signatures)
+    write_warmup_requests(temporary, signatures, batching)
     # the whole folder is renamed at the end: the file itself needs no temporary name
     with tf.io.gfile.GFile(tf.io.gfile.join(temporary, "assets.extra", "decoding.json"), "w") as f:
       f.write(json.dumps(settings, indent=2))
@@ -148,7 +168,8 @@ def write_batching_parameters(export_dir: str, max_batch_size: int) -> str:
 
 def export(model_dir, src_lang: str, tgt_lang: str, export_dir: str, decode_config,
            checkpoint: str = "final", precision: str = "float32", shortlist_size: int = 0,
-           shortlist_per_source: int = 20, data_config=None, ensemble_weights=()) -> str:
+           shortlist_per_source: int = 20, data_config=None, ensemble_weights=(),
+           batching=None) -> str:
   """Exports the model of `model_dir` at `checkpoint` (see checkpoints.choose_checkpoint) as
   the next version of `export_dir`, with `decode_config`'s search fixed in it and
   `translate_nbest` returning the whole beam, its matrix products' weights in `precision`
@@ -162,6 +183,10 @@ def export(model_dir, src_lang: str, tgt_lang: str, export_dir: str, decode_conf
   A list of model directories is exported as their ensemble (ensemble.py), with
   `ensemble_weights` (one each; default: equal): the SavedModel holds every member's weights
   and runs one search over them; its version is the next free number.
+
+  With `batching` (config.BatchingConfig) the signatures of Translator.BATCHED_SIGNATURES merge
+  concurrent requests in-graph, and their warm-up requests have each of its allowed batch
+  sizes of rows (`_warmup_batches`), so that the merged searches are compiled at load.
 
   Returns:
     The version folder written, `export_dir`/<the checkpoint's step, or the next free number>.
@@ -188,12 +213,13 @@ def export(model_dir, src_lang: str, tgt_lang: str, export_dir: str, decode_conf
     lexicon = lexical_shortlist.from_training_data(data_config, vocabulary, shortlist_per_source)
   decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
   module = Translator(model, vocabulary, decode_config, precision=precision,
-                      shortlist_size=shortlist_size, lexicon=lexicon)
+                      shortlist_size=shortlist_size, lexicon=lexicon, batching=batching)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
               "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision,
               "shortlist_size": shortlist_size,
-              "shortlist_per_source": shortlist_per_source if shortlist_size else 0, **members}
+              "shortlist_per_source": shortlist_per_source if shortlist_size else 0,
+              "batching": dataclasses.asdict(batching) if batching else None, **members}
   path = save_version(module, module.signatures(), export_dir, next_version(export_dir, step),
-                      settings)
+                      settings, batching)
   write_batching_parameters(export_dir, module.max_batch_size)
   return path

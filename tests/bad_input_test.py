@@ -230,6 +230,23 @@ ROWS = {
         "--shortlist_size=8", "--data_dir={d}/nope", "--src_lang=src", "--tgt_lang=tgt",
         message="error: {d}/nope/train.src: no such file (nor {d}/nope/train.src.gz); check "
                 "--data_dir and the prefixes"),
+    "export --batching_allowed_sizes out of order": export(
+        "--batching", "--batching_allowed_sizes=4,2,32",
+        message="error: --batching_allowed_sizes=4,2,32 must be increasing positive integers "
+                "ending with --batching_max_size=32"),
+    "export --batching_allowed_sizes not ending with the largest": export(
+        "--batching", "--batching_allowed_sizes=1,2,16",
+        message="error: --batching_allowed_sizes=1,2,16 must be increasing positive integers "
+                "ending with --batching_max_size=32"),
+    "export --batching_allowed_sizes not numbers": export(
+        "--batching", "--batching_allowed_sizes=a",
+        message="error: --batching_allowed_sizes=a must be integers"),
+    "export --batching_max_size=0": export(
+        "--batching", "--batching_max_size=0",
+        message="error: flag --batching_max_size=0: 0 is not a positive integer (see --helpfull)"),
+    "export a batching setting without --batching": export(
+        "--batching_timeout_micros=500",
+        message="error: --batching_timeout_micros needs --batching"),
     "evaluate with a missing reference": Case(
         ("tf_transformer.bin.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
          "--src={d}/train.src", "--ref={d}/nope.tgt"),

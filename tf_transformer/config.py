@@ -58,6 +58,8 @@ INTEGER_RANGES = {
     "max_source_length": (1, None), "min_decode_length": (0, None),
     "max_decode_length": (0, None), "sampling_topk": (0, None),
     "batch_size": (1, None),  # the tools' decoding batches (no config's field)
+    "max_batch_size": (1, None), "batch_timeout_micros": (0, None),
+    "num_batch_threads": (1, None), "max_enqueued_batches": (1, None),
 }
 
 # The string fields' choices.
@@ -220,3 +222,36 @@ class DecodeConfig(_Checked):
     """This config with the fields that do not change a compiled search (strategy, nbest,
     seed) at their defaults: one Translator serves every config of the same key."""
     return dataclasses.replace(self, strategy="beam", nbest=1, seed=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingConfig(_Checked):
+  """In-graph batching of a SavedModel's signatures (TensorFlow's BatchFunction op): the
+  requests that concurrent callers make of one signature are merged into one search, in any
+  runtime that loads the SavedModel (translator.Translator).
+
+  max_batch_size: the most rows of one merged batch; a request of more rows runs alone,
+  unbatched. allowed_batch_sizes: a merged batch is padded up to the next of these (one XLA
+  compilation each, made by the warm-up requests); the last must be max_batch_size; () gives
+  the powers of two below it and max_batch_size itself. batch_timeout_micros: how long an
+  open batch waits for more requests while a batch thread is free (requests that arrive while
+  every thread is busy wait anyway, and join the next batch). num_batch_threads: batches
+  decoded side by side. max_enqueued_batches: closed batches waiting for a thread; beyond
+  that a request fails at once (the server is overloaded) instead of queueing for longer.
+  """
+  max_batch_size: int = 32
+  allowed_batch_sizes: tuple[int, ...] = ()
+  batch_timeout_micros: int = 0
+  num_batch_threads: int = 1
+  max_enqueued_batches: int = 64
+
+  def __post_init__(self):
+    super().__post_init__()
+    sizes = tuple(self.allowed_batch_sizes) or tuple(
+        2 ** i for i in range(self.max_batch_size.bit_length())
+        if 2 ** i < self.max_batch_size) + (self.max_batch_size,)
+    if (any(not isinstance(size, int) or size < 1 for size in sizes)
+        or list(sizes) != sorted(set(sizes)) or sizes[-1] != self.max_batch_size):
+      raise ConfigError(f"BatchingConfig: allowed_batch_sizes={list(sizes)} must be increasing "
+                        f"positive integers ending with max_batch_size={self.max_batch_size}")
+    object.__setattr__(self, "allowed_batch_sizes", sizes)

@@ -329,18 +329,40 @@ def load_saved_model(saved_model: str) -> TranslationModel:
                                                                 seed=seeds),
       lambda source, target: signature("score")(source=source, target=target),
       lambda texts: signature("align")(inputs=texts), count_words)
-  return TranslationModel(saved_model, True, _export_search(saved_model, loaded),
+  recorded = _export_settings(saved_model)
+  if recorded.get("batching"):
+    replay_warmup_requests(saved_model, loaded)
+  return TranslationModel(saved_model, True, _export_search(recorded, loaded),
                           lambda config: functions)
 
 
-def _export_search(saved_model: str, loaded) -> DecodeConfig:
-  """The search a SavedModel was exported with: assets.extra/decoding.json's, or (an export
-  without it) the beam size its translate_nbest returns, with the default alpha."""
+def _export_settings(saved_model: str) -> dict:
+  """assets.extra/decoding.json of a SavedModel: the settings fixed at export ({} if absent)."""
   path = os.path.join(saved_model, "assets.extra", "decoding.json")
+  if not tf.io.gfile.exists(path):
+    return {}
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
+def replay_warmup_requests(saved_model: str, loaded):
+  """Runs a SavedModel's TF Serving warm-up requests (assets.extra/tf_serving_warmup_requests)
+  as TF Serving does at load: an export with in-graph batching runs its merged searches at each
+  allowed batch size, and each is compiled here, before the caller's first request."""
+  from tensorflow_serving.apis import prediction_log_pb2
+
+  path = os.path.join(saved_model, "assets.extra", "tf_serving_warmup_requests")
+  for record in tf.data.TFRecordDataset(path):
+    request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+    loaded.signatures[request.model_spec.signature_name](**{
+        name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()})
+
+
+def _export_search(recorded: dict, loaded) -> DecodeConfig:
+  """The search a SavedModel was exported with: its settings' (`_export_settings`), or (an
+  export without them) the beam size its translate_nbest returns, with the default alpha."""
   fields = {field.name for field in dataclasses.fields(DecodeConfig)}
-  if tf.io.gfile.exists(path):
-    with tf.io.gfile.GFile(path) as f:
-      recorded = json.load(f)
+  if recorded:
     if "max_length" in recorded:  # its name in exports before the sampling signatures
       recorded.setdefault("max_source_length", recorded["max_length"])
     return DecodeConfig(**{key: value for key, value in recorded.items() if key in fields})

@@ -9,6 +9,7 @@ nothing but tensorflow and tensorflow_text.
 
 import dataclasses
 import functools
+import uuid
 
 import tensorflow as tf
 
@@ -17,7 +18,7 @@ from tf_transformer import decoding
 from tf_transformer import ensemble
 from tf_transformer import shortlist as shortlist_lib
 from tf_transformer import strategies
-from tf_transformer.config import DecodeConfig
+from tf_transformer.config import BatchingConfig, DecodeConfig
 from tf_transformer.layers import precisions
 
 _STRINGS = tf.TensorSpec([None], tf.string)
@@ -86,11 +87,18 @@ class Translator(tf.Module):
       target vocabulary's size: the whole vocabulary, as 0.
     lexicon: data_pipeline.lexical_shortlist.Lexicon (its table and priorities are saved with
       the module as variables); required with a shortlist.
+    batching: config.BatchingConfig, or None: the signatures in BATCHED_SIGNATURES merge the
+      requests of concurrent callers into one search (see `_batched`).
   """
+
+  # The signatures whose concurrent requests batching merges. Not `align`: its outputs are
+  # as wide as the longest input of the batch, so a merged batch would widen a caller's.
+  BATCHED_SIGNATURES = ("serving_default", "translate_nbest", "translate_prefix", "sample",
+                        "sample_prefix", "score")
 
   def __init__(self, model, vocabulary, config: DecodeConfig = DecodeConfig(), *,
                max_batch_size: int = 64, precision: str = "float32", shortlist_size: int = 0,
-               lexicon=None):
+               lexicon=None, batching: BatchingConfig | None = None):
     super().__init__(name="translator")
     if shortlist_size < 0 or shortlist_size == 1:
       raise ValueError(f"shortlist_size must be 0 (none) or at least 2, got {shortlist_size}")
@@ -114,6 +122,10 @@ class Translator(tf.Module):
     self.nbest = min(config.nbest, config.beam_size)  # of the beam signatures
     self.max_source_length = config.max_source_length
     self.max_batch_size = max_batch_size
+    self.batching = _Untracked(batching)
+    # the batch queues' names, unique to this module: a process that loads two exports (two
+    # versions of a model under TF Serving) must not merge the requests of one into the other
+    self._batch_queue = f"tf_transformer_{uuid.uuid4().hex}"
     self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0
     size, table, order = self.shortlist_size, None, None
     if size:  # saved with the module (tracked attributes), read by the search
@@ -248,16 +260,63 @@ class Translator(tf.Module):
     blank = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)[:, tf.newaxis]
     return tf.where(blank, "", outputs), tf.where(blank, 0.0, scores)
 
+  def _batched(self, signature: str, fn, *inputs):
+    """fn(*inputs), with the inputs of concurrent calls merged when the module batches.
+
+    Through TensorFlow's BatchFunction op, one queue per signature: the requests that arrive
+    while the queue's batch is open are concatenated (in any order, up to
+    batching.max_batch_size rows, padded up to an allowed batch size with copies of a row), fn
+    runs once over them, and each caller gets back its own rows. A request of no rows, or of
+    more rows than max_batch_size, runs alone, as without batching.
+
+    Args:
+      signature: the signature's name, which names its queue.
+      fn: fn(*tensors [b] each) -> tuple of tensors [b, ...], row i of each output depending
+        on row i of the inputs alone.
+      inputs: tensors [B] (strings or seeds).
+    """
+    batching = self.batching.value
+    if batching is None:
+      return fn(*inputs)
+    function = tf.function(fn).get_concrete_function(
+        *(tf.TensorSpec([None], tensor.dtype) for tensor in inputs))
+
+    def merged():
+      outputs = tf.raw_ops.BatchFunction(
+          in_tensors=list(inputs), captured_tensors=function.captured_inputs, f=function,
+          Tout=[output.dtype for output in function.outputs],
+          num_batch_threads=batching.num_batch_threads,
+          max_batch_size=batching.max_batch_size,
+          batch_timeout_micros=batching.batch_timeout_micros,
+          allowed_batch_sizes=list(batching.allowed_batch_sizes),
+          max_enqueued_batches=batching.max_enqueued_batches,
+          shared_name=f"{self._batch_queue}_{signature}", enable_large_batch_splitting=True)
+      # the op's outputs have no static shape: give back fn's (an export's beam size is read
+      # off translate_nbest's)
+      return tuple(tf.ensure_shape(output, spec.shape)
+                   for output, spec in zip(outputs, function.outputs))
+
+    rows = tf.size(inputs[0])
+    # (a request of no rows has nothing to merge, and BatchFunction fails on one whose outputs
+    # have more than one dimension)
+    return tf.cond(tf.logical_and(rows > 0, rows <= batching.max_batch_size), merged,
+                   lambda: tuple(function(*inputs)))
+
+  def _best(self, texts):
+    """string [B] -> (string [B], float32 [B]): the best output of the beam search."""
+    outputs, scores = self._search(texts)
+    return outputs[:, 0], scores[:, 0]
+
   @tf.function(input_signature=[_STRINGS])
   def serve(self, inputs):
     """inputs: string [B] -> {"outputs": string [B], "scores": float32 [B]} (the best)."""
-    outputs, scores = self._search(_rows(inputs))
-    return {"outputs": outputs[:, 0], "scores": scores[:, 0]}
+    outputs, scores = self._batched("serving_default", self._best, _rows(inputs))
+    return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS])
   def translate_nbest(self, inputs):
     """inputs: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}."""
-    outputs, scores = self._search(_rows(inputs))
+    outputs, scores = self._batched("translate_nbest", self._search, _rows(inputs))
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS])
@@ -272,7 +331,7 @@ class Translator(tf.Module):
     """
     inputs, prefix = _rows(inputs), _rows(prefix)
     with tf.control_dependencies([_same_rows("translate_prefix", inputs, prefix, "prefix")]):
-      outputs, scores = self._search(inputs, prefix)
+      outputs, scores = self._batched("translate_prefix", self._search, inputs, prefix)
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _SEEDS])
@@ -287,7 +346,7 @@ class Translator(tf.Module):
     """
     inputs, seed = _rows(inputs), _rows(seed)
     with tf.control_dependencies([_same_rows("sample", inputs, seed, "seed")]):
-      outputs, scores = self._sample(inputs, seed)
+      outputs, scores = self._batched("sample", self._sample, inputs, seed)
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS, _SEEDS])
@@ -297,7 +356,7 @@ class Translator(tf.Module):
     inputs, prefix, seed = _rows(inputs), _rows(prefix), _rows(seed)
     with tf.control_dependencies([_same_rows("sample_prefix", inputs, prefix, "prefix"),
                                   _same_rows("sample_prefix", inputs, seed, "seed")]):
-      outputs, scores = self._sample(inputs, seed, prefix)
+      outputs, scores = self._batched("sample_prefix", self._sample, inputs, seed, prefix)
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS])
@@ -316,8 +375,11 @@ class Translator(tf.Module):
     with tf.control_dependencies([tf.debugging.assert_equal(
         tf.size(source), tf.size(target),
         message="score: source and target must have the same number of rows")]):
-      return {"log_prob": self._in_chunks(self._score_chunk, [([], tf.float32)], source,
-                                           target)[0]}
+      return {"log_prob": self._batched("score", self._score, source, target)[0]}
+
+  def _score(self, source, target):
+    """source, target: string [B] -> (float32 [B],), max_batch_size rows at a time."""
+    return self._in_chunks(self._score_chunk, [([], tf.float32)], source, target)
 
   def _score_chunk(self, source, target):
     """source, target: string [B] -> (float32 [B],)."""

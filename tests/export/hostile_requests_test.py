@@ -105,13 +105,16 @@ print(json.dumps(report))
 """ % MAX_BATCH_SIZE
 
 
-@pytest.fixture(scope="module")
-def export_version(tiny_model_dir, tmp_path_factory):
-  """The tiny random model exported (graph search, beam 2): its version folder."""
+@pytest.fixture(scope="module", params=["unbatched", "batching"])
+def export_version(request, tiny_model_dir, tmp_path_factory):
+  """The tiny random model exported (graph search, beam 2), without and with in-graph batching
+  (export_saved_model --batching): its version folder."""
   export_dir = tmp_path_factory.mktemp("hostile") / "tiny"
+  batching = ["--batching"] if request.param == "batching" else []
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
                             f"--model_dir={tiny_model_dir}", f"--export_dir={export_dir}",
-                            "--beam_size=2", "--extra_decode_length=5", "--nodecode_jit")
+                            "--beam_size=2", "--extra_decode_length=5", "--nodecode_jit",
+                            *batching)
   assert result.returncode == 0, result.stderr
   return export_dir / "1"
 

@@ -173,13 +173,17 @@ def test_every_flag_domain_is_its_config_fields():
   cannot disagree."""
   # the vocabulary gives these; max_source_length is --max_length's
   flag_of = {"source_vocab_size": None, "target_vocab_size": None,
-             "max_source_length": "max_length"}
+             "max_source_length": "max_length",
+             # export_saved_model's --batching settings
+             "max_batch_size": "batching_max_size", "num_batch_threads": "batching_threads",
+             "batch_timeout_micros": "batching_timeout_micros",
+             "max_enqueued_batches": "batching_max_enqueued"}
+  from tf_transformer.bin import export_saved_model  # noqa: F401  (defines --precision)
   for name, (low, high) in config.INTEGER_RANGES.items():
     if flag_of.get(name, name) is None:
       continue
     parser = flags.FLAGS[flag_of.get(name, name)].parser
     assert (parser.lower_bound, parser.upper_bound) == (low, high), name
-  from tf_transformer.bin import export_saved_model  # noqa: F401  (defines --precision)
   for name, choices in config.CHOICES.items():
     assert flags.FLAGS[name].parser.enum_values == list(choices), name
 
@@ -214,3 +218,15 @@ def test_a_users_absl_program_with_its_own_flags_loads_a_model(tiny_model_dir):
   assert lines[0] == "5 3"
   assert lines[1] == ""  # no module of the project defined a flag
   assert lines[2] == "False False"
+
+
+def test_batching_config_sizes_default_to_powers_of_two_and_are_checked():
+  assert config.BatchingConfig().allowed_batch_sizes == (1, 2, 4, 8, 16, 32)
+  assert config.BatchingConfig(max_batch_size=24).allowed_batch_sizes == (1, 2, 4, 8, 16, 24)
+  assert config.BatchingConfig(max_batch_size=1).allowed_batch_sizes == (1,)
+  assert config.BatchingConfig(8, (2, 8)).allowed_batch_sizes == (2, 8)
+  for sizes in [(8, 4), (1, 4), (0, 8), (2, 2, 8), (1.5, 8)]:
+    with pytest.raises(config.ConfigError, match="allowed_batch_sizes"):
+      config.BatchingConfig(8, sizes)
+  with pytest.raises(config.ConfigError, match="num_batch_threads=0 must be an integer >= 1"):
+    config.BatchingConfig(num_batch_threads=0)

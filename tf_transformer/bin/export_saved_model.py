@@ -10,6 +10,8 @@ dir may be any TensorFlow file system path (gs://...). The search is XLA-compile
 (tf_transformer/layers/precisions.py): faster decoding, a small BLEU cost (docs/serving.md).
 --shortlist_size=N has every search write only N target pieces per sentence of its batch,
 chosen from a lexicon counted over the training data of the data flags (docs/serving.md).
+--batching merges the requests of concurrent callers into one search in-graph, in any runtime
+that loads the export (docs/serving.md, "Concurrent requests").
 """
 
 from absl import flags
@@ -39,7 +41,62 @@ flags.DEFINE_integer("shortlist_per_source", 20,
                      "shortlist (its best by Dice coefficient over the training pairs).",
                      lower_bound=1)
 
+flags.DEFINE_boolean("batching", False,
+                     "Merge the requests of concurrent callers of serving_default, "
+                     "translate_nbest, translate_prefix, sample, sample_prefix and score into one "
+                     "search, in-graph (TensorFlow's BatchFunction op), whatever runtime loads the "
+                     "export. Not with TF Serving's --enable_batching.")
+
+
+def _define_batching_setting(name: str, field: str, help_text: str):
+  """--<name>, an integer: config.BatchingConfig's `field`, with its default and bounds."""
+  flags.DEFINE_integer(name, getattr(config.BatchingConfig, field), f"With --batching: {help_text}",
+                       lower_bound=config.INTEGER_RANGES[field][0])
+
+
+_define_batching_setting("batching_max_size", "max_batch_size",
+                         "the most rows of a merged batch; a larger request runs alone.")
+flags.DEFINE_list("batching_allowed_sizes", [],
+                  "With --batching: the batch sizes a merged batch is padded up to, one XLA "
+                  "compilation each, made at load; the last must be --batching_max_size. "
+                  "Default: the powers of two below it, and it.")
+_define_batching_setting("batching_timeout_micros", "batch_timeout_micros",
+                         "how long a batch waits for more requests while a batch thread is free "
+                         "(requests that come while every thread is busy join the next batch "
+                         "anyway).")
+_define_batching_setting("batching_threads", "num_batch_threads",
+                         "the merged batches decoded side by side.")
+_define_batching_setting("batching_max_enqueued", "max_enqueued_batches",
+                         "the batches that may wait for a thread; beyond them a request fails "
+                         "at once instead of queueing.")
+
 FLAGS = flags.FLAGS
+_BATCHING_SETTINGS = ("batching_max_size", "batching_allowed_sizes", "batching_timeout_micros",
+                      "batching_threads", "batching_max_enqueued")
+
+
+def batching_config_from_flags():
+  """--batching's config.BatchingConfig, or None without --batching."""
+  if not FLAGS.batching:
+    for name in _BATCHING_SETTINGS:
+      if FLAGS[name].present:
+        raise FlagError(f"--{name} needs --batching")
+    return None
+  try:
+    sizes = tuple(int(size) for size in FLAGS.batching_allowed_sizes)
+  except ValueError:
+    raise FlagError(f"--batching_allowed_sizes={','.join(FLAGS.batching_allowed_sizes)} must "
+                    "be integers") from None
+  try:
+    return config.BatchingConfig(
+        max_batch_size=FLAGS.batching_max_size, allowed_batch_sizes=sizes,
+        batch_timeout_micros=FLAGS.batching_timeout_micros,
+        num_batch_threads=FLAGS.batching_threads,
+        max_enqueued_batches=FLAGS.batching_max_enqueued)
+  except config.ConfigError:
+    raise FlagError(f"--batching_allowed_sizes={','.join(FLAGS.batching_allowed_sizes)} must be "
+                    "increasing positive integers ending with "
+                    f"--batching_max_size={FLAGS.batching_max_size}") from None
 
 
 def main(argv):
@@ -51,10 +108,11 @@ def main(argv):
     raise FlagError("--model_dir is required (or --ensemble: the model directories of an "
                     "ensemble)")
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
+  batching = batching_config_from_flags()
   print(serving.export(members or FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
                        FLAGS.export_dir, shared_flags.decode_config_from_flags(),
                        FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
-                       FLAGS.shortlist_per_source, data_config, weights))
+                       FLAGS.shortlist_per_source, data_config, weights, batching))
 
 
 def run():

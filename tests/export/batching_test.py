@@ -1,0 +1,187 @@
+"""In-graph batching (export_saved_model --batching): concurrent requests to a signature run as
+one search, each caller gets its own rows back, and every batch size is compiled at load."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import testutil
+
+# A batch that waits this long for requests, unless it is full: a merged batch runs at once.
+_MERGE_TIMEOUT_SECONDS = 10
+_MERGE_ROWS = 8
+
+
+def _export(model_dir, export_dir, *args) -> pathlib.Path:
+  result = testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
+                            f"--model_dir={model_dir}", f"--export_dir={export_dir}",
+                            "--beam_size=2", "--extra_decode_length=5", *args)
+  assert result.returncode == 0, result.stderr
+  return pathlib.Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_model_dir, tmp_path_factory):
+  """{name: version folder}: the tiny model exported with XLA (the export's default) "plain"
+  (no batching), "batched" (--batching, batches of at most 4 rows; inputs cut at 14 pieces, so
+  that every request is one XLA width bucket wide) and "merging" (--batching with
+  batches of at most _MERGE_ROWS rows that wait _MERGE_TIMEOUT_SECONDS for requests: one runs
+  before that only when full, that is, when concurrent requests were merged into it)."""
+  folder = tmp_path_factory.mktemp("batching")
+  return {
+      "plain": _export(tiny_model_dir, folder / "plain"),
+      "batched": _export(tiny_model_dir, folder / "batched", "--batching",
+                         "--batching_max_size=4", "--max_length=14"),
+      "merging": _export(tiny_model_dir, folder / "merging", "--batching",
+                         f"--batching_max_size={_MERGE_ROWS}",
+                         f"--batching_timeout_micros={_MERGE_TIMEOUT_SECONDS * 10**6}")}
+
+
+@pytest.fixture(scope="module")
+def loaded(exports):
+  return {name: tf.saved_model.load(str(path)) for name, path in exports.items()}
+
+
+# Requests of 1 to 3 rows that fill one batch of _MERGE_ROWS rows together; texts of different
+# lengths, so that a merged batch is padded to its longest.
+_TEXTS = ["aa bb", "cc dd ee ff gg hh ii", "", "jj", "kk ll mm nn", "oo pp qq", "rr", "ss tt uu"]
+_ROWS = (1, 2, 1, 3, 1)
+
+
+def _requests(signature: str) -> list[dict]:
+  """The inputs of len(_ROWS) requests to `signature`, _ROWS[i] rows each, _MERGE_ROWS in all."""
+  requests, start = [], 0
+  for rows in _ROWS:
+    texts = tf.constant(_TEXTS[start:start + rows])
+    inputs = {"source": texts, "target": tf.constant(_TEXTS[::-1][start:start + rows])} if (
+        signature == "score") else {"inputs": texts}
+    if signature in ("translate_prefix", "sample_prefix"):
+      inputs["prefix"] = tf.constant(["aa", ""] * 2)[:rows]
+    if signature in ("sample", "sample_prefix"):
+      inputs["seed"] = tf.range(start, start + rows, dtype=tf.int64) * 7919
+    requests.append(inputs)
+    start += rows
+  return requests
+
+
+def _assert_same_outputs(got: dict, want: dict, where: str):
+  assert sorted(got) == sorted(want), where
+  for key, value in want.items():
+    if value.dtype == tf.string:
+      assert got[key].numpy().tolist() == value.numpy().tolist(), f"{where}: {key}"
+    else:
+      np.testing.assert_allclose(got[key].numpy(), value.numpy(), rtol=1e-5, atol=1e-5,
+                                 err_msg=f"{where}: {key}")
+
+
+@pytest.mark.parametrize("signature", ["serving_default", "translate_nbest", "translate_prefix",
+                                       "sample", "sample_prefix", "score"])
+def test_concurrent_requests_merge_and_each_caller_gets_its_own_rows(loaded, signature):
+  requests = _requests(signature)
+  want = [loaded["plain"].signatures[signature](**inputs) for inputs in requests]
+  function = loaded["merging"].signatures[signature]
+  got, errors = [None] * len(requests), []
+  start = threading.Barrier(len(requests))
+
+  def call(index):
+    start.wait()
+    try:
+      got[index] = function(**requests[index])
+    except Exception as e:  # pylint: disable=broad-except  (reported by the main thread)
+      errors.append(e)
+
+  threads = [threading.Thread(target=call, args=(index,)) for index in range(len(requests))]
+  began = time.monotonic()
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  elapsed = time.monotonic() - began
+  assert not errors, errors
+  # each request alone would have waited the whole timeout for others: together they filled
+  # a batch, which ran at once
+  assert elapsed < _MERGE_TIMEOUT_SECONDS, elapsed
+  for index, (inputs, result) in enumerate(zip(requests, got)):
+    _assert_same_outputs(result, want[index], f"{signature} request {index}")
+
+
+def test_a_lone_request_waits_for_others_until_the_timeout(loaded):
+  # the other side of the test above: batching is on (a lone request is not run at once)
+  began = time.monotonic()
+  loaded["merging"].signatures["score"](source=tf.constant(["aa"]), target=tf.constant(["bb"]))
+  assert time.monotonic() - began >= _MERGE_TIMEOUT_SECONDS * 0.99
+
+
+def test_large_empty_and_malformed_requests_as_without_batching(loaded):
+  plain, batched = loaded["plain"].signatures, loaded["batched"].signatures
+  many = tf.constant([_TEXTS[i % len(_TEXTS)][:8] for i in range(70)])  # above 4 rows
+  _assert_same_outputs(batched["translate_nbest"](inputs=many),
+                       plain["translate_nbest"](inputs=many), "70 rows")
+  empty = batched["serving_default"](inputs=tf.constant([], tf.string))
+  assert empty["outputs"].shape == [0] and empty["scores"].shape == [0]
+  empty = batched["translate_nbest"](inputs=tf.constant([], tf.string))
+  assert empty["outputs"].shape == [0, 2] and empty["scores"].shape == [0, 2]
+  with pytest.raises(tf.errors.InvalidArgumentError, match="same number of rows"):
+    batched["translate_prefix"](inputs=tf.constant(["aa", "bb"]), prefix=tf.constant(["aa"]))
+  # the static shapes of the outputs are the unbatched export's (the beam is read off them)
+  for name in ("serving_default", "translate_nbest", "score"):
+    assert (loaded["batched"].signatures[name].structured_outputs
+            == loaded["plain"].signatures[name].structured_outputs), name
+
+
+_COUNT_COMPILATIONS = """
+import json, os, sys, threading
+import tensorflow as tf
+import tf_transformer
+
+dump = sys.argv[2]
+model = tf_transformer.load(sys.argv[1])  # replays the warm-up requests, as TF Serving does
+def compilations():
+  return sum(name.endswith(".before_optimizations.txt") for name in os.listdir(dump))
+at_load = compilations()
+texts = json.loads(sys.argv[3])  # each within the warm-up requests' width
+def call(rows):
+  chunk = texts[:rows]
+  model.translate(chunk, nbest=2)
+  model.translate(chunk, target_prefix=["aa"] * rows)
+  model.translate(chunk, strategy="sample", seed=rows)
+  model.score(chunk, chunk)
+threads = [threading.Thread(target=call, args=(rows,)) for rows in [1, 2, 3, 1, 4, 2] * 3]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+print(json.dumps({"at_load": at_load, "after": compilations()}))
+"""
+
+
+def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(exports, tmp_path):
+  dump = tmp_path / "xla"
+  env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
+  texts = ["aa bb", "jj", "", "rr", "oo pp", "kk ll", "dd", "ee ff"]
+  result = subprocess.run(
+      [sys.executable, "-c", _COUNT_COMPILATIONS, str(exports["batched"]), str(dump),
+       json.dumps(texts)], cwd=testutil.ROOT, env=env, capture_output=True, text=True,
+      timeout=600)
+  assert result.returncode == 0, result.stderr
+  counts = json.loads(result.stdout.strip().splitlines()[-1])
+  # the beam search, with a prefix, sampling, sampling with a prefix: one per allowed batch
+  # size (1, 2, 4) each, at least
+  assert counts["at_load"] >= 4 * 3, counts
+  assert counts["after"] == counts["at_load"], counts
+
+
+def test_batching_settings_are_recorded(exports):
+  settings = json.loads((exports["merging"] / "assets.extra" / "decoding.json").read_text())
+  assert settings["batching"] == {
+      "max_batch_size": _MERGE_ROWS, "allowed_batch_sizes": [1, 2, 4, 8],
+      "batch_timeout_micros": _MERGE_TIMEOUT_SECONDS * 10**6, "num_batch_threads": 1,
+      "max_enqueued_batches": 64}
+  plain = json.loads((exports["plain"] / "assets.extra" / "decoding.json").read_text())
+  assert plain["batching"] is None
