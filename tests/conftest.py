@@ -23,6 +23,7 @@ from tf_transformer.model import build_model  # noqa: E402
 # start first and the two workers end together rather than one waiting on a long module.
 _LONGEST_FIRST = ("tf_transformer/trainer_test.py", "export/saved_model_test.py",
                   "tf_transformer/bin/train_test.py", "tf_transformer/translator_test.py",
+                  "export/batching_test.py",
                   "tf_transformer/bin/train_kill_test.py", "export/ctranslate2_test.py",
                   "tf_transformer/fine_tuning_test.py", "tf_transformer/train_step_test.py",
                   "data_pipeline/pipeline_test.py", "tf_transformer/bin/translate_test.py",
