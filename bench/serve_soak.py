@@ -1,23 +1,28 @@
 """Serving under load: client threads calling an exported SavedModel's serving_default, one
 sentence per request, beside CTranslate2 serving the same weights (a benchmark).
 
-    # a trained model on real sentences, 1, 4 and 8 clients, the SavedModel then CTranslate2:
+    # a trained model on real sentences, 1 to 16 clients, three alternated rounds:
     python -m bench.serve_soak --flagfile=flags/multi30k_en_de.cfg \\
         --model_dir=models/multi30k_en_de --sentences=../shared/data/multi30k/val.en.gz \\
-        --clients=1,4,8 --minutes=1 --ct2=float32,int8 [--precision=int8] [--shortlist_size=1024]
-    # a random model (every output runs to the length limit, the heaviest case), 10 minutes:
+        --clients=1,4,8,16 --minutes=0.5 --rounds=3 --precision=int8 --shortlist_size=1024 \\
+        --batching --also_unbatched --ct2=int8 --ct2_intra_threads=1,2
+    # a random model of base dims, every output exactly 30 tokens in both engines:
+    python -m bench.serve_soak --flagfile=flags/base.cfg --min_decode_length=30 \\
+        --max_decode_length=30 --sentences=../shared/data/multi30k/val.en.gz --clients=1,8 \\
+        --minutes=0.5 --batching --ct2=int8
+    # a random model, random words (every output runs to the length limit), 10 minutes:
     python -m bench.serve_soak --flagfile=flags/small.cfg --clients=8 --minutes=10
 
 With --model_dir, its --checkpoint is exported as tf_transformer.bin.export_saved_model does
-it (XLA-compiled beam search, --beam_size, --extra_decode_length, --precision,
---shortlist_size), and with --ct2 also as tf_transformer.bin.export_ctranslate2 does it, loaded
-in each of those compute types (its SentencePiece model applied in Python, as a CTranslate2
-server does). Without it, a randomly initialised model of the preset's dims is exported.
-Requests are the lines of --sentences (random words without it, 5% of them empty). For each
-number of --clients, the clients send requests for --minutes to the SavedModel, then to each
-CTranslate2 translator (inter_threads = min(clients, cores), one thread each: the faster
-setting of CTranslate2's int8 at one sentence per call). Prints requests/s and p50/p99 latency
-per (system, clients), and the process RSS of the SavedModel runs; the last line is JSON.
+it (XLA-compiled beam search, --beam_size, --extra_decode_length, --min_decode_length,
+--max_decode_length, --precision, --shortlist_size, --batching and its settings), and with
+--ct2 also as tf_transformer.bin.export_ctranslate2 does it, loaded in each of those compute
+types (its SentencePiece model applied in Python, as a CTranslate2 server does), once per
+--ct2_intra_threads value. Without it, a randomly initialised model of the preset's dims is
+exported to both. Requests are the lines of --sentences (random words without it, 5% of them
+empty). For each number of --clients, each of --rounds runs every system in turn: the clients
+send requests for --minutes. Prints requests/s and p50/p99 latency per (system, clients,
+round), then the medians over the rounds, and the process RSS; the last line is JSON.
 """
 
 import json
@@ -38,9 +43,17 @@ flags.DEFINE_float("minutes", 10.0, "How long to send requests, per system and c
 flags.DEFINE_list("clients", ["8"], "Numbers of concurrent clients, one run each.")
 flags.DEFINE_string("sentences", None, "Source sentences, one per line (.gz read too).")
 flags.DEFINE_list("ct2", [], "CTranslate2 compute types to serve the same weights with "
-                  "(float32, int8); needs --model_dir.")
-flags.DEFINE_integer("ct2_intra_threads", 1, "CTranslate2's threads per translation "
-                     "(intra_threads); inter_threads is min(clients, cores).", lower_bound=1)
+                  "(float32, int8).")
+flags.DEFINE_list("ct2_intra_threads", ["1"], "CTranslate2 set-ups, one per value: its threads "
+                  "per translation (intra_threads); inter_threads (translations side by side) "
+                  "is min(clients, cores // intra_threads), so no set-up oversubscribes the "
+                  "cores.")
+flags.DEFINE_integer("rounds", 1, "Rounds per client count: each round runs every system once, "
+                     "in turn; the report gives each system's medians over the rounds.",
+                     lower_bound=1)
+flags.DEFINE_bool("also_unbatched", False, "With --batching, also serve the same weights "
+                  "exported without it, alternated with the batching export (one client's "
+                  "latency is the cost of the batching queue).")
 FLAGS = flags.FLAGS
 
 
@@ -50,14 +63,12 @@ def _rss_mib() -> float:
   return kib / 1024
 
 
-def _random_export(tf):
-  """A random model of the preset's dims, exported like tf_transformer.bin.export_saved_model;
-  returns its folder."""
+def _random_model():
+  """A random model of the preset's dims and its random subword vocabulary (tokenizer.Vocabulary),
+  saved under --workdir."""
   import numpy as np
 
   from tf_transformer.model import build_model
-  from tf_transformer.config import DecodeConfig
-  from tf_transformer.translator import Translator
 
   rng = np.random.default_rng(FLAGS.seed)
   os.makedirs(FLAGS.workdir, exist_ok=True)
@@ -65,36 +76,36 @@ def _random_export(tf):
                                            FLAGS.vocab_size, rng)
   model_config = shared_flags.model_config_from_flags(vocabulary.source_size,
                                                       vocabulary.target_size)
-  search = DecodeConfig(beam_size=FLAGS.beam_size, max_source_length=FLAGS.max_length,
-                        extra_decode_length=FLAGS.extra_decode_length, decode_jit=True)
-  module = Translator(build_model(model_config), vocabulary, search, precision=FLAGS.precision,
-                      batching=export_saved_model.batching_config_from_flags())
-  from export import serving
-
-  export_dir = os.path.join(FLAGS.workdir, "soak_export")
-  shutil.rmtree(export_dir, ignore_errors=True)
-  return serving.save_version(module, module.signatures(), export_dir, 1, {},
-                              module.batching.value)
+  return build_model(model_config), vocabulary
 
 
-def _trained_export():
-  """--model_dir exported to a fresh folder under --workdir; returns the version folder."""
+def _export(batching, random_model=None) -> str:
+  """--model_dir (or `random_model`, a (model, vocabulary) pair) exported as
+  tf_transformer.bin.export_saved_model does it, with in-graph `batching` (a BatchingConfig or
+  None), to a fresh folder under --workdir; returns the version folder."""
   import dataclasses
 
   from export import serving
 
-  export_dir = os.path.join(FLAGS.workdir, "soak_trained_export")
+  export_dir = os.path.join(FLAGS.workdir, "soak_export" + ("_batching" if batching else ""))
   shutil.rmtree(export_dir, ignore_errors=True)
-  decode_config = dataclasses.replace(shared_flags.decode_config_from_flags(), decode_jit=True)
+  search = dataclasses.replace(shared_flags.decode_config_from_flags(), decode_jit=True)
+  if random_model:
+    from tf_transformer.translator import Translator
+
+    module = Translator(random_model[0], random_model[1], search, precision=FLAGS.precision,
+                        batching=batching)
+    return serving.save_version(module, module.signatures(), export_dir, 1, {},
+                                module.batching.value)
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
-  return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir,
-                        decode_config, FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
-                        FLAGS.shortlist_per_source, data_config,
-                        batching=export_saved_model.batching_config_from_flags())
+  return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir, search,
+                        FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
+                        FLAGS.shortlist_per_source, data_config, batching=batching)
 
 
-def _ct2_translate_fns(clients: int):
-  """{"ct2_<compute type>": fn(text) -> text} over --model_dir exported to CTranslate2."""
+def _ct2_translate_fns(clients: int, random_model=None):
+  """{"ct2_<compute type>_<inter>x<intra>": fn(text) -> text} over --model_dir (or
+  `random_model`) exported to CTranslate2, one per compute type and --ct2_intra_threads."""
   import ctranslate2
   import sentencepiece
 
@@ -102,32 +113,36 @@ def _ct2_translate_fns(clients: int):
 
   folder = os.path.join(FLAGS.workdir, "soak_ct2")
   if not os.path.isdir(folder):
-    ct2_export.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, folder,
-                      checkpoint=FLAGS.checkpoint)
+    if random_model:
+      ct2_export.save(random_model[0], random_model[1], folder)
+    else:
+      ct2_export.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, folder,
+                        checkpoint=FLAGS.checkpoint)
+  names = ("spm.joint.model", "spm.model")
   models = sorted(name for name in os.listdir(folder) if name.startswith("spm."))
-  source = next((m for m in models if m in ("spm.joint.model", f"spm.{FLAGS.src_lang}.model")))
-  target = next((m for m in models if m in ("spm.joint.model", f"spm.{FLAGS.tgt_lang}.model")))
+  source = next(m for m in models if m in names + (f"spm.{FLAGS.src_lang}.model",))
+  target = next(m for m in models if m in names + (f"spm.{FLAGS.tgt_lang}.model",))
   source = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, source))
   target = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, target))
-  # one thread per translation: at one sentence per call, CTranslate2's int8 (its fastest
-  # compute type there) runs 9x faster on one thread than on two (docs/speed.md)
-  inter = max(1, min(clients, os.cpu_count() or 1))
+  cores = os.cpu_count() or 1
   fns = {}
   for compute_type in FLAGS.ct2:
-    translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
-                                        inter_threads=inter,
-                                        intra_threads=FLAGS.ct2_intra_threads)
+    for intra in sorted({int(value) for value in FLAGS.ct2_intra_threads}):
+      inter = max(1, min(clients, cores // intra))
+      translator = ctranslate2.Translator(folder, device="cpu", compute_type=compute_type,
+                                          inter_threads=inter, intra_threads=intra)
 
-    def translate(text, translator=translator):
-      pieces = source.encode(text, out_type=str)[:FLAGS.max_length]
-      if not pieces:
-        return ""
-      result = translator.translate_batch(
-          [pieces], beam_size=FLAGS.beam_size, length_penalty=FLAGS.alpha,
-          max_decoding_length=len(pieces) + 1 + FLAGS.extra_decode_length)
-      return target.decode(result[0].hypotheses[0])
+      def translate(text, translator=translator):
+        pieces = source.encode(text, out_type=str)[:FLAGS.max_length]
+        if not pieces:
+          return ""
+        longest = FLAGS.max_decode_length or len(pieces) + 1 + FLAGS.extra_decode_length
+        result = translator.translate_batch(
+            [pieces], beam_size=FLAGS.beam_size, length_penalty=FLAGS.alpha,
+            min_decoding_length=FLAGS.min_decode_length, max_decoding_length=longest)
+        return target.decode(result[0].hypotheses[0])
 
-    fns[f"ct2_{compute_type}"] = translate
+      fns[f"ct2_{compute_type}_{inter}x{intra}"] = translate
   return fns
 
 
@@ -181,48 +196,74 @@ def _soak(translate, sentences, clients: int) -> dict:
           "rss_mib_middle": rss_middle, "rss_mib_end": _rss_mib()}
 
 
+def _saved_model_fns(tf, random_model) -> dict:
+  """{name: fn(text) -> outputs}: the export (with --batching, the batching one, and with
+  --also_unbatched the plain one too), loaded, warmed up as a server would be."""
+  from tf_transformer import inference
+
+  batching = export_saved_model.batching_config_from_flags()
+  exports = [batching] + ([None] if batching and FLAGS.also_unbatched else [])
+  name = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
+                                             if FLAGS.shortlist_size else "")
+  sentences = _sentences()
+  fns = {}
+  for setting in exports:
+    folder = _export(setting, random_model)
+    loaded = tf.saved_model.load(folder)
+    serve = loaded.signatures["serving_default"]
+    if setting:  # as TF Serving at load: each merged batch size compiles
+      inference.replay_warmup_requests(folder, loaded)
+    # every shape bucket of one sentence compiles before the clock: a spread of lengths
+    for text in sorted(set(sentences), key=len)[::max(1, len(set(sentences)) // 100)]:
+      serve(inputs=tf.constant([text]))
+
+    def saved_model(text, serve=serve, loaded=loaded):
+      return serve(inputs=tf.constant([text]))["outputs"].numpy()
+
+    fns[name + ("_batching" if setting else "")] = saved_model
+  return fns
+
+
 def main(argv):
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-  if FLAGS.ct2 and not FLAGS.model_dir:
-    raise app.UsageError("--ct2 needs --model_dir (the weights CTranslate2 serves)")
-  from tf_transformer import inference
-
-  folder = _trained_export() if FLAGS.model_dir else _random_export(tf)
-  loaded = tf.saved_model.load(folder)
-  serve = loaded.signatures["serving_default"]
-  if FLAGS.batching:  # as TF Serving at load: each merged batch size compiles
-    inference.replay_warmup_requests(folder, loaded)
+  random_model = None if FLAGS.model_dir else _random_model()
+  ours = _saved_model_fns(tf, random_model)
   sentences = _sentences()
-  # every shape bucket of one sentence compiles before the clock: a spread of lengths
-  for text in sorted(set(sentences), key=len)[::max(1, len(set(sentences)) // 100)]:
-    serve(inputs=tf.constant([text]))
   rss_start = _rss_mib()
-
-  def saved_model(text):
-    return serve(inputs=tf.constant([text]))["outputs"].numpy()
-
-  report = []
+  report, summary = [], []
   for clients in (int(c) for c in FLAGS.clients):
-    ours = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
-                                               if FLAGS.shortlist_size else "") + (
-                                                   "_batching" if FLAGS.batching else "")
-    systems = {ours: saved_model}
+    systems = dict(ours)
     if FLAGS.ct2:
-      systems.update(_ct2_translate_fns(clients))
-    for name, translate in systems.items():
+      systems.update(_ct2_translate_fns(clients, random_model))
+    for translate in systems.values():
       translate(sentences[0])  # a CTranslate2 translator's first call loads it
-      result = dict(_soak(translate, sentences, clients), system=name, rss_mib_start=rss_start)
-      report.append(result)
-      print(f"{name:20s} {clients} clients: {result['requests']} requests, "
-            f"{result['requests_per_s']:.2f}/s, p50 {result['p50_ms']:.0f} ms, p99 "
-            f"{result['p99_ms']:.0f} ms, {result['errors']} errors; RSS {rss_start:.0f} / "
-            f"{result['rss_mib_middle']:.0f} / {result['rss_mib_end']:.0f} MiB (start / middle "
-            f"/ end)", flush=True)
-  print(json.dumps({"minutes": FLAGS.minutes, "model_dir": FLAGS.model_dir,
-                    "sentences": FLAGS.sentences, "beam_size": FLAGS.beam_size,
-                    "results": report}))
+    rounds = {name: [] for name in systems}
+    for round_ in range(FLAGS.rounds):
+      for name, translate in systems.items():
+        result = dict(_soak(translate, sentences, clients), system=name, round=round_ + 1,
+                      rss_mib_start=rss_start)
+        report.append(result)
+        rounds[name].append(result)
+        print(f"{name:36s} {clients:2d} clients, round {round_ + 1}: {result['requests']} "
+              f"requests, {result['requests_per_s']:.2f}/s, p50 {result['p50_ms']:.0f} ms, "
+              f"p99 {result['p99_ms']:.0f} ms, {result['errors']} errors; RSS "
+              f"{rss_start:.0f} / {result['rss_mib_middle']:.0f} / "
+              f"{result['rss_mib_end']:.0f} MiB (start / middle / end)", flush=True)
+    for name, results in rounds.items():
+      summary.append({"system": name, "clients": clients, **{
+          key: statistics.median(r[key] for r in results)
+          for key in ("requests_per_s", "p50_ms", "p99_ms")},
+          "errors": sum(r["errors"] for r in results)})
+  print(f"medians over {FLAGS.rounds} round(s):")
+  for row in summary:
+    print(f"  {row['system']:36s} {row['clients']:2d} clients: "
+          f"{row['requests_per_s']:.2f} req/s, p50 {row['p50_ms']:.0f} ms, "
+          f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
+  print(json.dumps({"minutes": FLAGS.minutes, "rounds": FLAGS.rounds,
+                    "model_dir": FLAGS.model_dir, "sentences": FLAGS.sentences,
+                    "beam_size": FLAGS.beam_size, "medians": summary, "results": report}))
 
 
 if __name__ == "__main__":

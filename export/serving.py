@@ -47,24 +47,31 @@ def _warmup_log(signature_name: str, specs, texts):
       predict_log=prediction_log_pb2.PredictLog(request=request))
 
 
-def _warmup_batches(signatures: dict, batching) -> list[tuple[str, list[str]]]:
+def _warmup_batches(signatures: dict, batching, buckets=None) -> list[tuple[str, list[str]]]:
   """(signature name, texts) of each warm-up request: WARMUP_BATCH_SIZES rows of the cycled
   WARMUP_INPUTS for each signature; with `batching` (config.BatchingConfig), for each of
-  Translator.BATCHED_SIGNATURES instead, each allowed batch size of rows, all one text, for each
-  of WARMUP_INPUTS and WARMUP_LONG_INPUT: its merged searches run at those sizes, and a batch is
-  as wide as its widest text, so every merge of texts as wide as these is compiled at load."""
+  Translator.BATCHED_SIGNATURES instead, each allowed batch size of rows, all one text, for one
+  text of each shape among those of `buckets` ({text: Translator.shape_buckets(text)}): its
+  merged searches run at those sizes, and a batch is as wide as its widest text, so every merge
+  of texts as wide as these is compiled at load."""
   requests = []
-  for name in signatures:
+  for name, signature in signatures.items():
     if batching and name in Translator.BATCHED_SIGNATURES:
+      inputs = {spec.name for spec in tf.nest.flatten(signature.structured_input_signature)}
+      widths = ["source"] + [width for width in ("target", "prefix") if width in inputs]
+      shapes = {}
+      for text in sorted(buckets, key=lambda text: not text):  # non-empty texts first
+        shapes.setdefault(tuple(buckets[text][width] for width in widths), text)
       requests += [(name, [text] * size) for size in batching.allowed_batch_sizes
-                   for text in WARMUP_INPUTS + (WARMUP_LONG_INPUT,)]
+                   for text in shapes.values()]
     else:
       requests += [(name, [WARMUP_INPUTS[i % len(WARMUP_INPUTS)] for i in range(batch)])
                    for batch in WARMUP_BATCH_SIZES]
   return requests
 
 
-def write_warmup_requests(version_dir: str, signatures: dict, batching=None) -> str:
+def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
+                          buckets=None) -> str:
   """assets.extra/tf_serving_warmup_requests: PredictionLog records of the requests of
   `_warmup_batches` (a 1-row and an 8-row request to each signature without batching).
 
@@ -76,6 +83,8 @@ def write_warmup_requests(version_dir: str, signatures: dict, batching=None) -> 
     signatures: {signature name: concrete function}, as saved; every input is [None], strings
       or integers (`score` gets the texts as both source and target).
     batching: the export's config.BatchingConfig, or None.
+    buckets: with `batching`, the candidate texts of the batched signatures' warm-ups and
+      their widths, {text: Translator.shape_buckets(text)}.
 
   Returns:
     The path of the records file.
@@ -83,7 +92,7 @@ def write_warmup_requests(version_dir: str, signatures: dict, batching=None) -> 
   path = tf.io.gfile.join(version_dir, "assets.extra", "tf_serving_warmup_requests")
   tf.io.gfile.makedirs(tf.io.gfile.join(version_dir, "assets.extra"))
   with tf.io.TFRecordWriter(path) as writer:
-    for name, texts in _warmup_batches(signatures, batching):
+    for name, texts in _warmup_batches(signatures, batching, buckets):
       specs = tf.nest.flatten(signatures[name].structured_input_signature)
       writer.write(_warmup_log(name, specs, texts).SerializeToString())
   return path
@@ -103,7 +112,9 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
   # TF Serving loads numeric folder names only: it never sees the temporary `<version>.tmp-*`
   with files.atomic_path(final, overwrite=False) as temporary:
     tf.saved_model.save(module, temporary, signatures=signatures)
-    write_warmup_requests(temporary, signatures, batching)
+    buckets = {text: module.shape_buckets(text)
+               for text in WARMUP_INPUTS + (WARMUP_LONG_INPUT,)} if batching else None
+    write_warmup_requests(temporary, signatures, batching, buckets)
     # the whole folder is renamed at the end: the file itself needs no temporary name
     with tf.io.gfile.GFile(tf.io.gfile.join(temporary, "assets.extra", "decoding.json"), "w") as f:
       f.write(json.dumps(settings, indent=2))

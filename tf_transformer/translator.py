@@ -200,6 +200,18 @@ class Translator(tf.Module):
     return tf.concat([self._pieces_of(tokenizer, texts), eos], axis=1).to_tensor(
         default_value=PAD_ID)
 
+  def shape_buckets(self, text: str) -> dict[str, int]:
+    """The widths at which a request of `text` alone runs the XLA-compiled search, by input:
+    {"source": its ids + EOS, "target": the same as a scored target, "prefix": its pieces as a
+    forced prefix}, each padded to a multiple of _WIDTH_BUCKET. Texts of the same widths
+    compile the same shapes."""
+    texts = tf.constant([text])
+    widths = {"source": self._ids(self.source_tokenizer, texts).shape[1],
+              "target": self._ids(self.target_tokenizer, texts).shape[1],
+              "prefix": self._pieces_of(self.target_tokenizer, texts).bounding_shape()[1]}
+    return {name: -(-int(width) // _WIDTH_BUCKET) * _WIDTH_BUCKET
+            for name, width in widths.items()}
+
   def _source_ids(self, texts):
     """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""
     return self._ids(self.source_tokenizer, texts)

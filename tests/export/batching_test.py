@@ -188,3 +188,34 @@ def test_batching_settings_are_recorded(exports):
       "max_enqueued_batches": 64}
   plain = json.loads((exports["plain"] / "assets.extra" / "decoding.json").read_text())
   assert plain["batching"] is None
+
+
+def _warmup_requests(version: pathlib.Path) -> list[tuple[str, int, str]]:
+  """(signature, rows, first text) of each of an export's TF Serving warm-up requests."""
+  from tensorflow_serving.apis import prediction_log_pb2
+
+  requests = []
+  for record in tf.data.TFRecordDataset(
+      str(version / "assets.extra" / "tf_serving_warmup_requests")):
+    request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+    texts = tf.make_ndarray(request.inputs["source" if "source" in request.inputs else "inputs"])
+    requests.append((request.model_spec.signature_name, len(texts), texts[0].decode()))
+  return requests
+
+
+def test_warmup_requests_run_each_shape_once(exports):
+  # inputs cut at 14 pieces: the warm-up texts but "" run at one width, and "" differs from
+  # the others only as a forced prefix (none: 0 pieces wide)
+  requests = {}
+  for name, rows, text in _warmup_requests(exports["batched"]):
+    requests.setdefault(name, []).append((rows, text))
+  for name in ("serving_default", "translate_nbest", "sample", "score"):
+    assert sorted(rows for rows, _ in requests[name]) == [1, 2, 4], (name, requests[name])
+    assert "" not in {text for _, text in requests[name]}, name
+  for name in ("translate_prefix", "sample_prefix"):
+    assert sorted(requests[name]) == [(rows, text) for rows in (1, 2, 4)
+                                      for text in ("", "Hello.")], (name, requests[name])
+  # uncut, the long texts are wider than "Hello."
+  texts = {text for name, _, text in _warmup_requests(exports["merging"])
+           if name == "serving_default"}
+  assert "" not in texts and "Hello." in texts and len(texts) >= 2, texts
