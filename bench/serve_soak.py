@@ -196,16 +196,16 @@ def _soak(translate, sentences, clients: int) -> dict:
           "rss_mib_middle": rss_middle, "rss_mib_end": _rss_mib()}
 
 
-def _saved_model_fns(tf, random_model) -> dict:
+def _saved_model_fns(tf, random_model, sentences) -> dict:
   """{name: fn(text) -> outputs}: the export (with --batching, the batching one, and with
-  --also_unbatched the plain one too), loaded, warmed up as a server would be."""
+  --also_unbatched the plain one too), loaded, warmed up as a server would be and on a spread
+  of the lengths of `sentences`."""
   from tf_transformer import inference
 
   batching = export_saved_model.batching_config_from_flags()
   exports = [batching] + ([None] if batching and FLAGS.also_unbatched else [])
   name = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
                                              if FLAGS.shortlist_size else "")
-  sentences = _sentences()
   fns = {}
   for setting in exports:
     folder = _export(setting, random_model)
@@ -217,6 +217,7 @@ def _saved_model_fns(tf, random_model) -> dict:
     for text in sorted(set(sentences), key=len)[::max(1, len(set(sentences)) // 100)]:
       serve(inputs=tf.constant([text]))
 
+    # (`loaded` bound too: the signature's variables live as long as the object that loaded them)
     def saved_model(text, serve=serve, loaded=loaded):
       return serve(inputs=tf.constant([text]))["outputs"].numpy()
 
@@ -229,8 +230,8 @@ def main(argv):
   import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
   random_model = None if FLAGS.model_dir else _random_model()
-  ours = _saved_model_fns(tf, random_model)
   sentences = _sentences()
+  ours = _saved_model_fns(tf, random_model, sentences)
   rss_start = _rss_mib()
   report, summary = [], []
   for clients in (int(c) for c in FLAGS.clients):
