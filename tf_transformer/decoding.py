@@ -33,10 +33,11 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
     prefix_ids: optional int32 [batch, P], PAD_ID-padded: the first target tokens of each
       translation, forced (a row of PAD_IDs: none). A sentence with a prefix gets at most
       max(source length, prefix length) + extra tokens.
-    shortlist: optional int32 [n], distinct target ids (tf_transformer.shortlist.select; EOS
-      among them, and every id of prefix_ids): the only tokens the search may write. Each step
-      computes the logits of those n ids alone (the columns of the output projection are
-      gathered once), and the log-probabilities are normalised over them.
+    shortlist: optional int32 [batch, n], each sentence's distinct target ids
+      (tf_transformer.shortlist.select; EOS among them, and every id of its prefix): the only
+      tokens its search may write. Each step computes the logits of a sentence's n ids alone
+      (its columns of the output projection are gathered once), and its log-probabilities are
+      normalised over them.
     seeds: int64 [batch], each sentence's seed for random sampling (default: config.seed +
       its row).
 
@@ -66,7 +67,7 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
             for (member, _), (memory, _) in zip(members, encoded)]
   forbidden = never_generated_bias(model.target_vocab_size)
   if shortlist is not None:
-    forbidden = tf.gather(forbidden, shortlist)
+    forbidden = tf.gather(forbidden, shortlist)  # -> [batch, n]
     positions = shortlist_lib.vocabulary_positions(shortlist, model.target_vocab_size)
   # one model: its logits, which the search normalises; several: the weighted mean of their
   # log-probabilities, which it takes as they are (ensemble.py)

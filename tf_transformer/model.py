@@ -165,8 +165,9 @@ class Transformer(keras.Model):
   def init_decode_cache(self, memory, buffer_length: int, output_ids=None):
     """Decoding state for `buffer_length` steps: Decoder.init_cache's "self" (the per-hypothesis
     buffers each step writes) and "cross" parts, plus "output_kernel", the pre-softmax matrix
-    transposed once for the whole decoding; with `output_ids` (int32 [n], a vocabulary
-    shortlist) its columns of those target ids only, and `decode_step` gives their n logits."""
+    transposed once for the whole decoding; with `output_ids` (int32 [sources, n]: each
+    source's vocabulary shortlist) each source's columns of its target ids only, and
+    `decode_step` gives the n logits of each row's source."""
     return dict(self.decoder.init_cache(memory, buffer_length),
                 output_kernel=self.target_embedding.output_kernel(output_ids))
 
@@ -180,8 +181,8 @@ class Transformer(keras.Model):
         of sources (each source's K beam hypotheses are consecutive rows).
       cache: from `init_decode_cache` or the previous step; its "self" part has batch rows and
         its "cross" part sources rows.
-      logits_bias: optional float32 [target_vocab_size] added to the logits ([n] with a
-        cache of n output ids).
+      logits_bias: optional float32 [target_vocab_size] added to the logits ([sources, n]
+        with a cache of n output ids a source).
 
     Returns:
       logits: float32 [batch, target_vocab_size] ([batch, n] with a cache of n output ids), of

@@ -1,11 +1,15 @@
-"""Vocabulary shortlists for a search: the target ids a batch may write, chosen in-graph from a
-lexicon (data_pipeline/lexical_shortlist.py), and its logits spread back over the vocabulary.
+"""Vocabulary shortlists for a search: the target ids each sentence may write, chosen in-graph
+from a lexicon (data_pipeline/lexical_shortlist.py), and its logits spread back over the
+vocabulary.
 
 At one sentence per request a decoding step multiplies 1 to 4 rows by every matrix, and the
-output projection (d_model x V) is the largest of them. A search given a shortlist of n ids
-(decoding.decode) multiplies by those n columns only and its log-softmax is taken over them,
-as CTranslate2's vocabulary map and Marian's lexical shortlists do. One shortlist serves a
-whole batch: the union of what its sentences need (the caller sizes it by the batch).
+output projection (d_model x V) is the largest of them. A search given shortlists of n ids
+(decoding.decode) multiplies each sentence's rows by its own n columns only and its
+log-softmax is taken over them, as Marian's lexical shortlists do. Each sentence has its own
+shortlist, so its translation does not depend on the other sentences of its batch (a merged
+batch of concurrent requests, or a file decoded 32 lines at a time, gives what one sentence
+alone gives), and a batch of B sentences multiplies by B * n columns, not by the union of
+their shortlists for every row.
 """
 
 import tensorflow as tf
@@ -15,74 +19,92 @@ from tf_transformer.layers.attention_bias import large_negative
 
 # a target id's tier is the sum of its marks: each tier outranks the ones below it, and within
 # a tier the more frequent id comes first
-LEXICAL = 1  # a lexicon candidate of one of the batch's source pieces
+LEXICAL = 1  # a lexicon candidate of one of the sentence's source pieces
 FORCED = 2  # a piece of a forced prefix: outside the shortlist it could not be forced
 END = 4  # EOS: every sentence must be able to end
 _TIERS = range(LEXICAL + FORCED + END, -2, -1)  # highest first; -1: PAD and BOS
 
 
 def _marked(ids, mask, value: int, vocab_size: int):
-  """int32 [vocab_size]: `value` at the ids (int32 [...]) whose `mask` (bool [...]) is true,
-  0 elsewhere."""
-  return tf.tensor_scatter_nd_max(tf.zeros([vocab_size], tf.int32), tf.reshape(ids, [-1, 1]),
-                                  tf.reshape(tf.where(mask, value, 0), [-1]))
+  """int32 [B, vocab_size]: in row b, `value` at the ids of ids[b] (int32 [B, ...]) whose
+  `mask` (bool, as ids) is true, 0 elsewhere."""
+  batch = tf.shape(ids)[0]
+  ids = tf.reshape(ids, [batch, -1])
+  rows = tf.broadcast_to(tf.range(batch)[:, tf.newaxis], tf.shape(ids))
+  return tf.tensor_scatter_nd_max(tf.zeros([batch, vocab_size], tf.int32),
+                                  tf.stack([rows, ids], axis=-1),
+                                  tf.where(tf.reshape(mask, tf.shape(ids)), value, 0))
 
 
 def select(table, order, source_ids, size, forced_ids=None):
-  """The shortlist of a batch: its `size` target ids of highest tier, the more frequent first
+  """Each sentence's shortlist: its `size` target ids of highest tier, the more frequent first
   within a tier.
 
-  EOS first, then the pieces of `forced_ids`, then the lexicon's candidates of the batch's
-  source pieces (PAD excluded), then the most frequent target pieces; PAD and BOS, which no
-  output contains, only when every other id is in. No sort: each id's place follows from
-  cumulative sums over `order`.
+  EOS first, then the pieces of the sentence's forced prefix, then the lexicon's candidates
+  of its source pieces (PAD excluded), then the most frequent target pieces; PAD and BOS,
+  which no output contains, only when every other id is in. No sort: each id's place follows
+  from cumulative sums over `order`.
 
   Args:
     table: int32 [source_vocab_size, k], each source id's lexicon candidates (Lexicon.table).
     order: int32 [target_vocab_size], the target ids most frequent first (Lexicon.order).
     source_ids: int32 [B, S], PAD_ID-padded.
-    size: 2 <= size <= target_vocab_size: a Python int (static, as XLA needs it) or an int32
-      scalar.
+    size: 2 <= size <= target_vocab_size, a Python int (static, as XLA needs it).
     forced_ids: optional int32 [B, P], PAD_ID-padded target ids that the search must be able
       to write (a forced prefix).
 
   Returns:
-    int32 [size]: distinct target ids, highest tier first.
+    int32 [B, size]: each row distinct target ids, highest tier first.
   """
   vocab_size = order.shape[0]
+  batch = tf.shape(source_ids)[0]
   candidates = tf.gather(table, source_ids)  # -> [B, S, k]
   real = tf.broadcast_to(tf.not_equal(source_ids, PAD_ID)[:, :, tf.newaxis],
                          tf.shape(candidates))
   tier = _marked(candidates, real, LEXICAL, vocab_size)
   if forced_ids is not None:
     tier += _marked(forced_ids, tf.not_equal(forced_ids, PAD_ID), FORCED, vocab_size)
-  tier += tf.one_hot(EOS_ID, vocab_size, on_value=END, off_value=0, dtype=tf.int32)
-  tier = tf.tensor_scatter_nd_update(tier, [[PAD_ID], [BOS_ID]], [-1, -1])
+  fixed = tf.tensor_scatter_nd_update(tf.zeros([vocab_size], tf.int32),
+                                      [[EOS_ID], [PAD_ID], [BOS_ID]], [END, -1, -1])
+  tier = tf.where(tf.equal(fixed, 0), tier, fixed)  # -> [B, vocab_size]
   order = tf.convert_to_tensor(order)
-  tier_in_order = tf.gather(tier, order)
-  place = tf.zeros([vocab_size], tf.int32)
-  before = tf.constant(0)
+  tier_in_order = tf.gather(tier, order, axis=1)
+  place = tf.zeros([batch, vocab_size], tf.int32)
+  before = tf.zeros([batch, 1], tf.int32)
   for level in _TIERS:
-    here = tf.equal(tier_in_order, level)
-    place = tf.where(here, before + tf.cumsum(tf.cast(here, tf.int32)) - 1, place)
-    before += tf.reduce_sum(tf.cast(here, tf.int32))
+    here = tf.cast(tf.equal(tier_in_order, level), tf.int32)
+    place = tf.where(here > 0, before + tf.cumsum(here, axis=1) - 1, place)
+    before += tf.reduce_sum(here, axis=1, keepdims=True)
   place = tf.minimum(place, size)  # past the shortlist: one slot, dropped
-  chosen = tf.tensor_scatter_nd_update(tf.zeros([size + 1], tf.int32), place[:, tf.newaxis],
-                                       order)
-  return chosen[:size]
+  rows = tf.broadcast_to(tf.range(batch)[:, tf.newaxis], [batch, vocab_size])
+  chosen = tf.tensor_scatter_nd_update(tf.zeros([batch, size + 1], tf.int32),
+                                       tf.stack([rows, place], axis=-1),
+                                       tf.broadcast_to(order, [batch, vocab_size]))
+  return chosen[:, :size]
 
 
-def vocabulary_positions(shortlist, vocab_size: int):
-  """int32 [vocab_size]: each target id's position in `shortlist` (int32 [n], distinct ids),
-  n for the ids outside it (the large-negative column `spread` adds)."""
-  count = tf.shape(shortlist)[0]
-  return tf.tensor_scatter_nd_update(tf.fill([vocab_size], count), shortlist[:, tf.newaxis],
-                                     tf.range(count))
+def vocabulary_positions(shortlists, vocab_size: int):
+  """int32 [B, vocab_size]: each target id's position in its row of `shortlists` (int32
+  [B, n], distinct ids in a row), n for the ids outside it (the large-negative column
+  `spread` adds)."""
+  batch, count = tf.shape(shortlists)[0], tf.shape(shortlists)[1]
+  rows = tf.broadcast_to(tf.range(batch)[:, tf.newaxis], tf.shape(shortlists))
+  return tf.tensor_scatter_nd_update(
+      tf.fill([batch, vocab_size], count), tf.stack([rows, shortlists], axis=-1),
+      tf.broadcast_to(tf.range(count), tf.shape(shortlists)))
 
 
 def spread(logits, positions):
-  """float32 [rows, n] logits over a shortlist -> float32 [rows, vocab_size]: each at its
-  target id, a large negative at the ids outside the shortlist (whose softmax weight is then
-  0). `positions`: `vocabulary_positions` of the shortlist."""
-  filler = tf.fill([tf.shape(logits)[0], 1], large_negative(tf.float32))
-  return tf.gather(tf.concat([logits, filler], axis=1), positions, axis=1)
+  """float32 [B * K, n] logits over the shortlists -> float32 [B * K, vocab_size].
+
+  Rows b * K ... b * K + K - 1 (a sentence's K hypotheses) are over sentence b's shortlist:
+  each logit goes to its target id, a large negative to the ids outside the shortlist (whose
+  softmax weight is then 0). `positions`: int32 [B, vocab_size], `vocabulary_positions` of
+  the shortlists."""
+  batch = tf.shape(positions)[0]
+  by_sentence = tf.reshape(logits, [batch, -1, tf.shape(logits)[1]])  # -> [B, K, n]
+  filler = tf.fill(tf.concat([tf.shape(by_sentence)[:2], [1]], axis=0),
+                   large_negative(tf.float32))
+  spread_logits = tf.gather(tf.concat([by_sentence, filler], axis=2), positions, axis=2,
+                            batch_dims=1)  # -> [B, K, vocab_size]
+  return tf.reshape(spread_logits, [-1, tf.shape(positions)[1]])

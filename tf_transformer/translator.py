@@ -52,6 +52,12 @@ def _bucket_rows(batch):
   return rows + 1
 
 
+def _bucket_width(width):
+  """The width of a batch of `width` (a Python int or an int32 scalar) pieces in its XLA shape
+  bucket: the next multiple of _WIDTH_BUCKET."""
+  return -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
+
+
 class _Untracked:
   """Holds `value` where tf.Module's tracking does not look (a plain object is not tracked)."""
 
@@ -80,11 +86,10 @@ class Translator(tf.Module):
     precision: the weights of the matrix products, a name of precisions.PRECISIONS:
       a lower one converts `model` in place (precisions.convert), and the module then holds
       those copies instead of the float32 matrices they replace.
-    shortlist_size: 0, or n >= 2: every search (not `score`) of B sentences writes only the
-      n * B' target ids (B' = B rounded up to a power of two) that shortlist.select chooses
-      for its batch from `lexicon` (the pieces of a forced prefix among them), normalising its
-      probabilities over them; the whole vocabulary where n * B' reaches its size. n >= the
-      target vocabulary's size: the whole vocabulary, as 0.
+    shortlist_size: 0, or n >= 2: every search (not `score`) writes for each sentence only the
+      n target ids that shortlist.select chooses for it from `lexicon` (the pieces of its
+      forced prefix among them), normalising its probabilities over them, whatever the other
+      sentences of its batch. n >= the target vocabulary's size: the whole vocabulary, as 0.
     lexicon: data_pipeline.lexical_shortlist.Lexicon (its table and priorities are saved with
       the module as variables); required with a shortlist.
     batching: config.BatchingConfig, or None: the signatures in BATCHED_SIGNATURES merge the
@@ -134,20 +139,10 @@ class Translator(tf.Module):
       order = self.shortlist_order = tf.Variable(lexicon.order, trainable=False,
                                                  name="shortlist_order")
 
-    vocab_size = model.target_vocab_size
-
     def search_ids(strategy, ids, prefix_ids=None, seeds=None):
-      # one shortlist per call, the union of what the batch's sentences need: `size` pieces
-      # for each sentence, so that a larger batch crowds out none of their candidates
-      # (the rows of the batch's shape bucket, which XLA's path pads it to, so that both paths
-      # choose the same shortlist)
       shortlist = None
-      rows = ids.shape[0]
-      if size and rows is None:  # the graph path's dynamic batch
-        batch_size = tf.minimum(size * _bucket_rows(tf.shape(ids)[0]), vocab_size)
-        shortlist = shortlist_lib.select(table, order, ids, batch_size, prefix_ids)
-      elif size and size * rows < vocab_size:  # XLA's static shape bucket
-        shortlist = shortlist_lib.select(table, order, ids, size * rows, prefix_ids)
+      if size:  # each sentence's own, so that its batch changes nothing of its translation
+        shortlist = shortlist_lib.select(table, order, ids, size, prefix_ids)
       search = dataclasses.replace(config, strategy=strategy)
       return decoding.decode(model, ids, search, prefix_ids, shortlist, seeds)
 
@@ -183,8 +178,7 @@ class Translator(tf.Module):
     width that is a multiple of _WIDTH_BUCKET."""
     width = tf.shape(ids)[1]
     padded = tf.concat([ids, tf.tile(ids[:1], [extra_rows, 1])], axis=0)
-    padded_width = -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
-    return tf.pad(padded, [[0, 0], [0, padded_width - width]], constant_values=PAD_ID)
+    return tf.pad(padded, [[0, 0], [0, _bucket_width(width) - width]], constant_values=PAD_ID)
 
   def _pieces_of(self, tokenizer, texts):
     """string [B] -> ragged int32 [B, (<= max_source_length)]: the first max_source_length
@@ -209,8 +203,7 @@ class Translator(tf.Module):
     widths = {"source": self._ids(self.source_tokenizer, texts).shape[1],
               "target": self._ids(self.target_tokenizer, texts).shape[1],
               "prefix": self._pieces_of(self.target_tokenizer, texts).bounding_shape()[1]}
-    return {name: -(-int(width) // _WIDTH_BUCKET) * _WIDTH_BUCKET
-            for name, width in widths.items()}
+    return {name: _bucket_width(int(width)) for name, width in widths.items()}
 
   def _source_ids(self, texts):
     """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""

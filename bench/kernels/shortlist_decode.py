@@ -32,8 +32,8 @@ def main(argv):
                                   d_ff=1024))
   rng = np.random.default_rng(0)
   source = tf.constant([list(rng.integers(4, vocab, 20)) + [EOS_ID]], tf.int32)
-  shortlist = tf.constant([EOS_ID] + list(rng.choice(np.arange(4, vocab), FLAGS.size - 1,
-                                                     replace=False)), tf.int32)
+  shortlist = tf.constant([[EOS_ID] + list(rng.choice(np.arange(4, vocab), FLAGS.size - 1,
+                                                      replace=False))], tf.int32)  # [1, n]
 
   def in_space(ids, beam):
     memory, cross_bias = model.encode(ids, training=False)
@@ -41,14 +41,14 @@ def main(argv):
     forbidden = tf.gather(decoding.never_generated_bias(vocab), shortlist)
 
     def logits_fn(tokens, step, self_cache):
-      vocab_ids = tf.where(step == 0, BOS_ID, tf.gather(shortlist, tokens))
+      vocab_ids = tf.where(step == 0, BOS_ID, tf.gather(shortlist[0], tokens))
       logits, new = model.decode_step(vocab_ids, step, cross_bias, dict(cache, self=self_cache),
                                       logits_bias=forbidden)
       return logits, new["self"]
 
     out, scores = beam_search.beam_search(logits_fn, tf.zeros([1], tf.int32), cache["self"],
                                           beam, 0.6, length, 0, length, length)
-    return tf.gather(shortlist, out), scores
+    return tf.gather(shortlist[0], out), scores
 
   def search(beam):
     return DecodeConfig(beam_size=beam, alpha=0.6, min_decode_length=length,

@@ -28,21 +28,37 @@ def _export(model_dir, export_dir, *args) -> pathlib.Path:
   return pathlib.Path(result.stdout.strip().splitlines()[-1])
 
 
+# Of the tiny model's 60 pieces: a merged batch of _MERGE_ROWS sentences that searched one
+# shortlist of _SHORTLIST pieces a sentence would search the whole vocabulary.
+_SHORTLIST = 8
+
+
 @pytest.fixture(scope="module")
 def exports(tiny_model_dir, tmp_path_factory):
   """{name: version folder}: the tiny model exported with XLA (the export's default) "plain"
   (no batching), "batched" (--batching, batches of at most 4 rows; inputs cut at 14 pieces, so
   that every request is one XLA width bucket wide) and "merging" (--batching with
   batches of at most _MERGE_ROWS rows that wait _MERGE_TIMEOUT_SECONDS for requests: one runs
-  before that only when full, that is, when concurrent requests were merged into it)."""
+  before that only when full, that is, when concurrent requests were merged into it). Each
+  searches shortlists of _SHORTLIST pieces a sentence, its lexicon counted over pairs of the
+  tiny model's words."""
   folder = tmp_path_factory.mktemp("batching")
+  words = ["".join(chr(97 + i) * 2) for i in range(26)]
+  rng = np.random.default_rng(0)
+  sources = [" ".join(rng.choice(words, size=5)) for _ in range(200)]
+  (folder / "train.src").write_text("".join(line + "\n" for line in sources))
+  (folder / "train.tgt").write_text("".join(" ".join(line.split()[::-1]) + "\n"
+                                            for line in sources))
+  shortlist = (f"--shortlist_size={_SHORTLIST}", f"--data_dir={folder}", "--src_lang=src",
+               "--tgt_lang=tgt", "--train_prefix=train")
   return {
-      "plain": _export(tiny_model_dir, folder / "plain"),
+      "plain": _export(tiny_model_dir, folder / "plain", *shortlist),
       "batched": _export(tiny_model_dir, folder / "batched", "--batching",
-                         "--batching_max_size=4", "--max_length=14"),
+                         "--batching_max_size=4", "--max_length=14", *shortlist),
       "merging": _export(tiny_model_dir, folder / "merging", "--batching",
                          f"--batching_max_size={_MERGE_ROWS}",
-                         f"--batching_timeout_micros={_MERGE_TIMEOUT_SECONDS * 10**6}")}
+                         f"--batching_timeout_micros={_MERGE_TIMEOUT_SECONDS * 10**6}",
+                         *shortlist)}
 
 
 @pytest.fixture(scope="module")

@@ -448,9 +448,9 @@ def reversal_shortlist_export(reversal_model, tmp_path_factory):
 def test_an_int8_shortlist_export_translates_as_the_whole_vocabulary_with_only_tensorflow(
     reversal_model, reversal_exports, reversal_shortlist_export):
   """An int8 export with a shortlist loads with only tensorflow and tensorflow_text and
-  translates as the int8 export without one: the whole dev set in one request (its shortlist
-  the whole vocabulary), and each sentence alone (a shortlist of REVERSAL_SHORTLIST pieces,
-  which a forced prefix's pieces enter)."""
+  translates as the int8 export without one: the whole dev set in one request, and each
+  sentence alone (a shortlist of REVERSAL_SHORTLIST pieces a sentence, which a forced
+  prefix's pieces enter)."""
   model_dir, dev, _ = reversal_model
   version, whole_version = reversal_shortlist_export, reversal_exports["int8"]
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
@@ -469,8 +469,8 @@ def test_an_int8_shortlist_export_translates_as_the_whole_vocabulary_with_only_t
   assert len(written) > REVERSAL_SHORTLIST  # a shortlist indeed
   # a word the training data never wrote (its words are w0 .. w12): its pieces forced
   prefixes = ["w13" if row % 2 else "" for row in range(len(sources))]
-  # the whole dev set in one request (a shortlist of 9 pieces for each of its sentences: the
-  # whole vocabulary), in a process of its own
+  # the whole dev set in one request (each sentence its own shortlist of 9 pieces), in a
+  # process of its own
   loaded = _run_fresh(version, sources, prefixes)
   shortlisted = tf.saved_model.load(str(version)).signatures
   whole = tf.saved_model.load(str(whole_version)).signatures

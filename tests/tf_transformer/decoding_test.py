@@ -133,8 +133,9 @@ def test_attention_rows_after_eos_are_zero(model_and_sources):
     np.testing.assert_array_equal(attention[row, length:], 0.0)
 
 
-# 9 of the 24 ids; no PAD or BOS, as shortlist.select chooses them
-SHORTLIST = [EOS_ID, 4, 6, 8, 10, 12, 14, 16, 18]
+# each source's 9 of the 24 ids; no PAD or BOS, as shortlist.select chooses them
+SHORTLISTS = [[EOS_ID, 4, 6, 8, 10, 12, 14, 16, 18], [EOS_ID, 5, 7, 9, 11, 13, 15, 17, 19],
+              [EOS_ID, 4, 5, 7, 11, 13, 17, 19, 23]]
 
 
 def shortlisted_log_probs(model, source, prefix, ids):
@@ -151,7 +152,8 @@ def shortlisted_log_probs(model, source, prefix, ids):
 def test_a_shortlist_of_the_whole_vocabulary_decodes_as_without_one(model_and_sources,
                                                                      beam_size):
   model, sources = model_and_sources
-  everything = tf.constant(np.random.default_rng(0).permutation(24), tf.int32)
+  rng = np.random.default_rng(0)
+  everything = tf.constant([rng.permutation(24) for _ in range(3)], tf.int32)
   search = DecodeConfig(beam_size=beam_size, alpha=0.6, min_decode_length=2,
                         extra_decode_length=EXTRA)
   ids, scores = decoding.decode(model, sources, search)
@@ -166,18 +168,19 @@ def test_a_shortlisted_search_writes_its_ids_scored_over_them(model_and_sources,
   alpha = 0.6
   search = DecodeConfig(beam_size=beam_size, alpha=alpha, min_decode_length=3,
                         extra_decode_length=EXTRA)
-  ids, scores = decoding.decode(model, sources, search, shortlist=tf.constant(SHORTLIST))
+  ids, scores = decoding.decode(model, sources, search, shortlist=tf.constant(SHORTLISTS))
   unlisted, _ = decoding.decode(model, sources, search)
-  assert set(unlisted.numpy().ravel()) - set(SHORTLIST) - {0}  # the shortlist changes things
+  # the shortlists change things
+  assert any(set(unlisted.numpy()[row].ravel()) - set(SHORTLISTS[row]) - {0} for row in range(3))
   for row, source in enumerate(sources):
     for hypothesis, score in zip(ids[row].numpy(), scores[row].numpy()):
       tokens = list(hypothesis)
       limit = np.count_nonzero(source) + EXTRA
       length = tokens.index(EOS_ID) + 1 if EOS_ID in tokens else limit
-      assert set(tokens[:length]) <= set(SHORTLIST) and not any(tokens[length:])
+      assert set(tokens[:length]) <= set(SHORTLISTS[row]) and not any(tokens[length:])
       prefix, log_prob = [BOS_ID], 0.0
       for token in tokens[:length]:
-        log_prob += shortlisted_log_probs(model, source, prefix, SHORTLIST)[token]
+        log_prob += shortlisted_log_probs(model, source, prefix, SHORTLISTS[row])[token]
         prefix.append(token)
       np.testing.assert_allclose(score, log_prob / float(length_penalty(length, alpha)),
                                  rtol=1e-4)
@@ -198,7 +201,8 @@ def test_xla_compiled_shortlisted_search_decodes_the_same(model_and_sources):
   ids, scores, listed = tf.function(search)(sources)
   jit_ids, jit_scores, jit_listed = tf.function(search, jit_compile=True)(sources)
   np.testing.assert_array_equal(jit_listed.numpy(), listed.numpy())
-  assert set(ids.numpy().ravel()) <= set(listed.numpy()) | {0}
+  for row in range(3):
+    assert set(ids.numpy()[row].ravel()) <= set(listed.numpy()[row]) | {0}
   np.testing.assert_array_equal(jit_ids.numpy(), ids.numpy())
   np.testing.assert_allclose(jit_scores.numpy(), scores.numpy(), rtol=1e-4)
 
@@ -220,9 +224,11 @@ def test_a_samples_score_is_its_forced_decoding_score_and_its_draws_its_seeds(mo
   np.testing.assert_array_equal(alone.numpy()[0, 0], ids.numpy()[1, 0, :width])
   others, _ = decoding.decode(model, sources, config, seeds=seeds + 100)
   assert (others.numpy() != ids.numpy()).any()
-  listed = tf.constant([EOS_ID, 5, 9, 12, 17, 20])
+  listed = tf.constant([[EOS_ID, 5, 9, 12, 17, 20], [EOS_ID, 4, 6, 8, 10, 14],
+                        [EOS_ID, 9, 11, 13, 15, 21]])
   prefix = tf.constant([[12, 5], [0, 0], [9, 0]])
   within, _ = decoding.decode(model, sources, config, prefix_ids=prefix, shortlist=listed,
                               seeds=seeds)
-  assert set(within.numpy().ravel()) <= set(listed.numpy()) | {0}
+  for row in range(3):
+    assert set(within.numpy()[row].ravel()) <= set(listed.numpy()[row]) | {0}
   assert within.numpy()[0, 0, :2].tolist() == [12, 5] and within.numpy()[2, 0, 0] == 9

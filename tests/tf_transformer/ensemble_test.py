@@ -52,7 +52,8 @@ def test_a_model_ensembled_with_itself_decodes_and_scores_as_the_model(pair, sea
   model = pair[0]
   itself = Ensemble((model, model))
   prefix = tf.constant([[12, 5], [0, 0], [9, 0]])
-  shortlist = tf.constant([EOS_ID, 5, 9, 12, 17, 20, 21, 22])
+  shortlist = tf.constant([[EOS_ID, 5, 9, 12, 17, 20, 21, 22], [EOS_ID, 4, 6, 8, 10, 14, 16, 18],
+                           [EOS_ID, 9, 11, 13, 15, 19, 21, 23]])
   for extra in ({}, {"prefix_ids": prefix, "shortlist": shortlist}):
     ids, scores = decoding.decode(model, SOURCES, search, **extra)
     ensemble_ids, ensemble_scores = decoding.decode(itself, SOURCES, search, **extra)

@@ -1,5 +1,5 @@
-"""In-graph shortlists: the tiers worked by hand on a tiny lexicon, a static size under XLA,
-and logits spread back over the vocabulary."""
+"""In-graph shortlists: each sentence's tiers worked by hand on a tiny lexicon, a static size
+under XLA, and logits spread back over the vocabulary."""
 
 import numpy as np
 import pytest
@@ -27,24 +27,34 @@ SOURCES = tf.constant([[4, 5, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
 
 
 @pytest.mark.parametrize("size, expected", [
-    # EOS; the lexical candidates 6, 9, 10 (of 4 and 5), most frequent first; then by frequency
-    (6, [EOS_ID, 6, 9, 10, 4, 5]),
-    (2, [EOS_ID, 6]),
+    # EOS; the lexical candidates (6, 9, 10 of 4 and 5; 9, 10 of 4), most frequent first; then
+    # by frequency
+    (6, [[EOS_ID, 6, 9, 10, 4, 5], [EOS_ID, 9, 10, 4, 5, 6]]),
+    (2, [[EOS_ID, 6], [EOS_ID, 9]]),
     # the whole vocabulary: PAD and BOS last, UNK (1) before them
-    (TARGET_VOCAB, [EOS_ID, 6, 9, 10, 4, 5, 7, 8, 11, 1, PAD_ID, BOS_ID]),
+    (TARGET_VOCAB, [[EOS_ID, 6, 9, 10, 4, 5, 7, 8, 11, 1, PAD_ID, BOS_ID],
+                    [EOS_ID, 9, 10, 4, 5, 6, 7, 8, 11, 1, PAD_ID, BOS_ID]]),
 ])
 def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected):
   table, order = lexicon()
   ids = shortlist.select(table, order, SOURCES, size)
   assert ids.dtype == tf.int32
-  assert list(ids.numpy()) == expected
+  assert ids.numpy().tolist() == expected
+
+
+def test_a_sentences_shortlist_does_not_depend_on_its_batch():
+  table, order = lexicon()
+  together = shortlist.select(table, order, SOURCES, 6).numpy()
+  for row in range(2):
+    alone = shortlist.select(table, order, SOURCES[row:row + 1], 6).numpy()
+    np.testing.assert_array_equal(alone[0], together[row])
 
 
 def test_forced_pieces_come_before_lexical_candidates():
   table, order = lexicon()
   forced = tf.constant([[8, PAD_ID], [11, 8]])
   ids = shortlist.select(table, order, SOURCES, 6, forced_ids=forced)
-  assert list(ids.numpy()) == [EOS_ID, 8, 11, 6, 9, 10]
+  assert ids.numpy().tolist() == [[EOS_ID, 8, 6, 9, 10, 4], [EOS_ID, 8, 11, 9, 10, 4]]
 
 
 def test_static_size_under_xla():
@@ -52,21 +62,24 @@ def test_static_size_under_xla():
   select = tf.function(lambda ids: shortlist.select(table, order, ids, 6), jit_compile=True,
                        input_signature=[tf.TensorSpec([None, None], tf.int32)])
   concrete = select.get_concrete_function()
-  assert concrete.structured_outputs.shape == (6,)
-  assert list(select(SOURCES).numpy()) == [EOS_ID, 6, 9, 10, 4, 5]
-  # one sentence of one piece, and a batch whose lexicon candidates all collide with EOS
-  assert list(select(tf.constant([[6]])).numpy()) == [EOS_ID, 7, 4, 5, 6, 8]
-  assert list(select(tf.constant([[7, 7], [3, 0]])).numpy()) == [EOS_ID, 4, 5, 6, 7, 8]
+  assert concrete.structured_outputs.shape.as_list() == [None, 6]
+  assert select(SOURCES).numpy().tolist() == [[EOS_ID, 6, 9, 10, 4, 5],
+                                              [EOS_ID, 9, 10, 4, 5, 6]]
+  # one sentence of one piece, and sentences whose lexicon candidates all collide with EOS
+  assert select(tf.constant([[6]])).numpy().tolist() == [[EOS_ID, 7, 4, 5, 6, 8]]
+  assert select(tf.constant([[7, 7], [3, 0]])).numpy().tolist() == [[EOS_ID, 4, 5, 6, 7, 8]] * 2
 
 
 def test_spread_puts_each_logit_at_its_id_and_a_large_negative_elsewhere():
-  ids = tf.constant([EOS_ID, 7, 5])
-  logits = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+  """Two sentences of two rows each, each sentence over its own shortlist."""
+  ids = tf.constant([[EOS_ID, 7, 5], [4, 8, EOS_ID]])
+  logits = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [1.5, 2.5, 3.5]])
   spread = shortlist.spread(logits, shortlist.vocabulary_positions(ids, 9)).numpy()
-  assert spread.shape == (2, 9)
-  np.testing.assert_array_equal(spread[:, [EOS_ID, 7, 5]], logits.numpy())
-  others = [i for i in range(9) if i not in (EOS_ID, 7, 5)]
-  assert (spread[:, others] <= -1e9).all()
-  # its softmax is the softmax over the shortlist
-  np.testing.assert_allclose(tf.nn.softmax(spread).numpy()[:, [EOS_ID, 7, 5]],
-                             tf.nn.softmax(logits).numpy(), rtol=1e-6)
+  assert spread.shape == (4, 9)
+  for rows, listed in (([0, 1], [EOS_ID, 7, 5]), ([2, 3], [4, 8, EOS_ID])):
+    np.testing.assert_array_equal(spread[rows][:, listed], logits.numpy()[rows])
+    others = [i for i in range(9) if i not in listed]
+    assert (spread[rows][:, others] <= -1e9).all()
+    # its softmax is the softmax over the shortlist
+    np.testing.assert_allclose(tf.nn.softmax(spread[rows]).numpy()[:, listed],
+                               tf.nn.softmax(logits[rows[0]:rows[-1] + 1]).numpy(), rtol=1e-6)

@@ -147,10 +147,11 @@ def _texts(tokenizer, ids):
 
 
 def _bites(model, source_ids, chosen, search, prefix_ids=None) -> bool:
-  """Whether the search over the whole vocabulary writes pieces outside the shortlist
-  `chosen` (int32 [n])."""
+  """Whether the search over the whole vocabulary writes, for some sentence, pieces outside
+  its shortlist (a row of `chosen`, int32 [B, n])."""
   ids, _ = decoding.decode(model, source_ids, search, prefix_ids)
-  return bool(set(ids.numpy().ravel()) - set(chosen.numpy()) - {PAD_ID})
+  return any(set(row_ids.ravel()) - set(row_chosen) - {PAD_ID}
+             for row_ids, row_chosen in zip(ids.numpy(), chosen.numpy()))
 
 
 def _assert_static_search_finds(translator, inputs, want_ids, want_scores):
@@ -164,16 +165,15 @@ def _assert_static_search_finds(translator, inputs, want_ids, want_scores):
   np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5)
 
 
-# TEXTS' batch bucket of 8 rows at 2 pieces a row: a shortlist of 16 of the 57 pieces, which
-# the prefixes' pieces must enter
-FORCED_SHORTLIST = 2
+# 8 of the 57 pieces a sentence, which its prefix's pieces (up to 5) must enter
+FORCED_SHORTLIST = 8
 
 
 @pytest.mark.parametrize("decode_jit", [False, True])
 def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabulary, decode_jit):
-  """translate_prefix searches the shortlist of its batch's bucket with the prefixes' pieces
-  in it (no lexicon candidate or frequency puts them there): the library's search over that
-  shortlist, its scores log-probabilities of the shortlist; under XLA a direct call of the
+  """translate_prefix searches each sentence's shortlist with its prefix's pieces in it (no
+  lexicon candidate or frequency puts them there): the library's search over those
+  shortlists, its scores log-probabilities of the shortlist; under XLA a direct call of the
   search on a batch of static shape too."""
   model, vocabulary = model_and_vocabulary
   lexicon = no_candidates_lexicon(vocabulary)
@@ -183,10 +183,13 @@ def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabula
   texts, prefixes = tf.constant(TEXTS), tf.constant(PREFIXES)
   prefix_ids = vocabulary.target.tokenize(prefixes).to_tensor()
   source_ids = _source_ids(model, vocabulary, texts)
-  size = FORCED_SHORTLIST * 8
+  size = FORCED_SHORTLIST
   chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, size, prefix_ids)
   unforced = shortlist.select(lexicon.table, lexicon.order, source_ids, size).numpy()
-  assert set(prefix_ids.numpy().ravel()) - {PAD_ID} - set(unforced)  # they would be left out
+  for row_prefix, row_chosen, row_unforced in zip(prefix_ids.numpy(), chosen.numpy(), unforced):
+    assert set(row_prefix) - {PAD_ID} <= set(row_chosen)
+  # they would be left out
+  assert set(prefix_ids.numpy().ravel()) - {PAD_ID} - set(unforced.ravel())
   assert _bites(model, source_ids, chosen, search, prefix_ids)
   want_ids, want_scores = decoding.decode(model, source_ids, search, prefix_ids=prefix_ids,
                                           shortlist=chosen)
@@ -206,16 +209,15 @@ def test_translate_prefix_forces_pieces_outside_the_shortlist(model_and_vocabula
   assert (result["scores"].numpy() > -100).all()
 
 
-# TEXTS' batch bucket of 8 rows at 4 pieces a row: a shortlist of 32 of the 57 pieces
+# 4 of the 57 pieces a sentence
 XLA_SHORTLIST = 4
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_xla_with_a_shortlist_translates_like_the_graph(model_and_vocabulary, beam_size):
-  """Both paths search the shortlist of the batch's bucket (XLA_SHORTLIST pieces for each of
-  its 8 rows), the library's search over it: the graph path's 5 rows choose it, as do the XLA
-  path's copies of the first row and padding, and a direct call of XLA's search on a batch of
-  static shape."""
+  """Both paths search each sentence's shortlist of XLA_SHORTLIST pieces, the library's search
+  over them (the XLA path's copies of the first row and padding change none), and so does a
+  direct call of XLA's search on a batch of static shape."""
   model, vocabulary = model_and_vocabulary
   rng = np.random.default_rng(0)
   table = rng.integers(4, vocabulary.target_size, size=(vocabulary.source_size, 4))
@@ -224,7 +226,7 @@ def test_xla_with_a_shortlist_translates_like_the_graph(model_and_vocabulary, be
   search = DecodeConfig(beam_size=beam_size, alpha=0.6, extra_decode_length=4)
   translators = dict(shortlist_size=XLA_SHORTLIST, lexicon=lexicon)
   source_ids = _source_ids(model, vocabulary, tf.constant(TEXTS))
-  chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, XLA_SHORTLIST * 8)
+  chosen = shortlist.select(lexicon.table, lexicon.order, source_ids, XLA_SHORTLIST)
   assert _bites(model, source_ids, chosen, search)
   want_ids, want_scores = decoding.decode(model, source_ids, search, shortlist=chosen)
   # (held: a tf.function method holds its module weakly)
@@ -271,11 +273,11 @@ def test_a_shortlist_translates_the_reversal_task_as_the_whole_vocabulary(
     scores.append(np.array([result["scores"][0].numpy() for result in best]))
   # the shortlist was searched: its scores, normalised over its pieces, are higher
   assert (scores[1] > scores[0]).all(), scores[1] - scores[0]
-  # the whole dev set in one request: REVERSAL_SHORTLIST pieces for each of its sentences (here
-  # the whole vocabulary: the shortlists of the tests above bite at 5 rows), so none crowds
-  # out another's (one shortlist of REVERSAL_SHORTLIST for all would)
-  together = translator.serve(tf.constant([source for source, _ in dev]))["outputs"].numpy()
-  assert [output.decode() for output in together] == outputs[0]
+  # the whole dev set in one request: each sentence searches its own shortlist, as alone
+  # (one shortlist for all would have scores normalised over more pieces, or crowd some out)
+  together = translator.serve(tf.constant([source for source, _ in dev]))
+  assert [output.decode() for output in together["outputs"].numpy()] == outputs[1]
+  np.testing.assert_allclose(together["scores"].numpy(), scores[1], rtol=1e-5, atol=1e-5)
   # the dev set writes more pieces than a shortlist holds
   written = vocabulary.target.tokenize(tf.constant([target for _, target in dev])).flat_values
   assert len(set(written.numpy()) | {EOS_ID}) > REVERSAL_SHORTLIST

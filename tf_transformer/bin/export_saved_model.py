@@ -8,7 +8,7 @@ dir may be any TensorFlow file system path (gs://...). The search is XLA-compile
 --nodecode_jit (TF Serving then needs --xla_cpu_compilation_enabled=true on CPU).
 --precision=int8 or bfloat16 stores the matrices of the model's products in 8 or 16 bits
 (tf_transformer/layers/precisions.py): faster decoding, a small BLEU cost (docs/serving.md).
---shortlist_size=N has every search write only N target pieces per sentence of its batch,
+--shortlist_size=N has every search write only N target pieces of each sentence's own,
 chosen from a lexicon counted over the training data of the data flags (docs/serving.md).
 --batching merges the requests of concurrent callers into one search in-graph, in any runtime
 that loads the export (docs/serving.md, "Concurrent requests").
@@ -26,11 +26,10 @@ flags.DEFINE_enum("precision", "float32", list(config.CHOICES["precision"]),
                   "scales, rows quantised as they are multiplied).")
 
 flags.DEFINE_integer("shortlist_size", 0,
-                     "Search over a vocabulary shortlist of this many target pieces per sentence "
-                     "of a batch (their union) "
-                     "(CTranslate2's vocabulary map): EOS, the training data's best target "
-                     "pieces for the batch's source pieces, then the most frequent ones; the "
-                     "output projection shrinks to them. 0: the whole vocabulary, as is any "
+                     "Search each sentence over a vocabulary shortlist of its own, this many "
+                     "target pieces (as Marian's lexical shortlists): EOS, the training data's "
+                     "best target pieces for its source pieces, then the most frequent ones; "
+                     "the output projection shrinks to them. 0: the whole vocabulary, as is any "
                      "size >= the target vocabulary's. Counted over the training data of "
                      "--data_dir (or --dataset) and --train_prefix; `score` always uses the "
                      "whole vocabulary.")

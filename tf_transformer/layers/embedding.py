@@ -81,9 +81,9 @@ class SharedEmbedding(keras.layers.Layer):
 
   def output_kernel(self, ids=None):
     """The tensors of the pre-softmax projection [d_model, vocab_size] (the transposed
-    embedding matrix in the compute dtype, or its copy of precisions.convert), or of its
-    columns [d_model, n] of the token ids `ids` (int32 [n]: a vocabulary shortlist): a tuple
-    (precisions.Kernel.column_tensors), the first of them [d_model, vocab_size or n].
+    embedding matrix in the compute dtype, or its copy of precisions.convert), or of each
+    sentence's columns [B, d_model, n] of its token ids `ids` (int32 [B, n]: vocabulary
+    shortlists): a tuple (precisions.Kernel.column_tensors), the first of them the matrix.
 
     A matmul with the transposed matrix runs about twice as fast on CPU as one with
     `transpose_b=True` on the [vocab_size, d_model] matrix, so a decoding loop computes it once
@@ -95,11 +95,12 @@ class SharedEmbedding(keras.layers.Layer):
     """Pre-softmax projection with the transposed embedding matrix.
 
     Args:
-      hidden: [..., d_model].
+      hidden: [..., d_model]; with a kernel of B sentences' columns, [B * K, ..., d_model]
+        (the first K rows are sentence 0's, and so on).
       output_kernel: `output_kernel()`, if already computed; `output_kernel(ids)` gives the
-        logits of those n ids only.
-      bias: optional float32 [vocab_size] (or [n]) added to the logits (in float32 compute,
-        fused into the matmul).
+        logits of each sentence's n ids only.
+      bias: optional float32 [vocab_size] (or [B, n] with B sentences' columns) added to the
+        logits (in float32 compute).
 
     Returns:
       float32 [..., vocab_size] (or [..., n]; float32 so softmax and loss stay stable in mixed
@@ -108,10 +109,14 @@ class SharedEmbedding(keras.layers.Layer):
     if output_kernel is None:
       output_kernel = self.output_kernel()
     kernel = self.kernels["output_kernel"].of_columns(output_kernel)
-    rows = tf.reshape(hidden, [-1, self.d_model])
-    # every position is a row
+    rows = tf.reshape(hidden, [-1, self.d_model])  # every position is a row
+    per_sentence = kernel.shape.rank == 3
+    if per_sentence:  # [B * K, d] -> [B, K, d], by each sentence's own columns
+      rows = tf.reshape(rows, [tf.shape(output_kernel[0])[0], -1, self.d_model])
     logits = tf.cast(kernel.matmul(rows, static_rows=True), tf.float32)
-    if bias is not None:
+    if bias is not None and per_sentence:
+      logits += bias[:, tf.newaxis]
+    elif bias is not None:
       logits = tf.nn.bias_add(logits, bias)
     width = kernel.shape[-1]  # vocab_size, or a shortlist's size
     if width is None:

@@ -2,8 +2,6 @@
 
 import keras
 
-import tensorflow as tf
-
 from tf_transformer.layers.dropout import Dropout
 from tf_transformer.layers.precisions import Float32Kernel
 

@@ -35,10 +35,11 @@ class Kernel:
   def matmul(self, rows, bias=None, relu: bool = False, column_scale=None,
              static_rows: bool = False):
     """max(0, (rows @ kernel) * column_scale + bias) (each part optional): [R, d_out] in the
-    dtype of `rows` [R, d_in].
+    dtype of `rows` [R, d_in]; [B, R, d_out] of rows [B, R, d_in] by a kernel of each
+    sentence's columns ([B, d_in, d_out]: `column_tensors` of shortlists).
 
     Args:
-      rows: [R, d_in].
+      rows: [R, d_in], or [B, R, d_in].
       bias: optional [d_out].
       relu: apply max(0, .) to the result.
       column_scale: optional float32 [d_out] or scalar: a factor of each output column (the
@@ -49,10 +50,10 @@ class Kernel:
     raise NotImplementedError
 
   def column_tensors(self, ids=None, dtype=None) -> tuple:
-    """The tensors of the kernel of the columns `ids` (int32 [n]; None: all) in the compute
-    `dtype` (a vocabulary shortlist's columns), which a search computes once and keeps in its
-    cache (tensors only: the cache goes in and out of tf.functions); `of_columns` makes them a
-    Kernel again."""
+    """The tensors of the kernel in the compute `dtype`, or of each sentence's columns `ids`
+    (int32 [B, n]: vocabulary shortlists; the kernel is then [B, d_in, n]), which a search
+    computes once and keeps in its cache (tensors only: the cache goes in and out of
+    tf.functions); `of_columns` makes them a Kernel again."""
     raise NotImplementedError
 
   def of_columns(self, tensors: tuple) -> "Kernel":
@@ -98,10 +99,13 @@ class Float32Kernel(Kernel):
     return tf.nn.relu(outputs) if relu else outputs
 
   def column_tensors(self, ids=None, dtype=None):
-    values = self.values if ids is None else tf.gather(self.values, ids,
-                                                       axis=0 if self.transposed else 1)
-    values = tf.cast(values, dtype or values.dtype)
-    return (tf.transpose(values) if self.transposed else values,)
+    values = self.values
+    if ids is not None:  # [B, n] -> [B, n, d_in] (a column a row) -> [B, d_in, n]
+      columns = values if self.transposed else tf.transpose(values)
+      values = tf.linalg.matrix_transpose(tf.gather(columns, ids))
+    elif self.transposed:
+      values = tf.transpose(values)
+    return (tf.cast(values, dtype or values.dtype),)
 
   def of_columns(self, tensors):
     return Float32Kernel(tensors[0], fast_input_gradient=False)
@@ -127,8 +131,8 @@ class _ReducedKernel(Kernel):
     if ids is None:
       return tuple(tf.convert_to_tensor(tensor) for tensor in tensors)
     # an int8 column keeps its scale, so a product with it equals that column of the product
-    # with the whole kernel
-    return tuple(tf.gather(tensor, ids, axis=1) for tensor in tensors)
+    # with the whole kernel; [d_in or 1, B, n] -> [B, d_in or 1, n]
+    return tuple(tf.transpose(tf.gather(tensor, ids, axis=1), [1, 0, 2]) for tensor in tensors)
 
   def of_columns(self, tensors):
     selected = copy.copy(self)
@@ -145,7 +149,7 @@ class _ReducedKernel(Kernel):
     return [self.values] + ([self.scale] if self.scale is not None else [])
 
   def product(self, rows, static_rows: bool):
-    """float32 [R, d_out]: rows @ kernel, as this precision forms it."""
+    """float32 [..., R, d_out]: rows [..., R, d_in] @ kernel, as this precision forms it."""
     raise NotImplementedError
 
   def matmul(self, rows, bias=None, relu=False, column_scale=None, static_rows=False):
@@ -190,11 +194,13 @@ class Int8Kernel(_ReducedKernel):
     """static_rows: an odd R gets a row of zeros: XLA's CPU backend multiplies 2 or more int8
     rows in int8, but one row in int32, widening the whole kernel on every call (7 ms a
     sentence at small dims, greedy)."""
-    quantized, row_scale = keras.quantizers.abs_max_quantize(rows, axis=-1)  # [R, d_in], [R, 1]
+    # [..., R, d_in], [..., R, 1]
+    quantized, row_scale = keras.quantizers.abs_max_quantize(rows, axis=-1)
     if static_rows:
-      count = tf.shape(quantized)[0]
-      even = tf.pad(quantized, [[0, tf.math.floormod(count, 2)], [0, 0]])
-      sums = tf.linalg.matmul(even, self.values, output_type=tf.int32)[:count]
+      count = tf.shape(quantized)[-2]
+      padding = [[0, 0]] * (rows.shape.rank - 2) + [[0, tf.math.floormod(count, 2)], [0, 0]]
+      sums = tf.linalg.matmul(tf.pad(quantized, padding), self.values,
+                              output_type=tf.int32)[..., :count, :]
     else:
       sums = tf.linalg.matmul(quantized, self.values, output_type=tf.int32)
     return tf.cast(sums, tf.float32) * (self.scale / row_scale)

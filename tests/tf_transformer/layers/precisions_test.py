@@ -133,20 +133,24 @@ def test_float32_converts_nothing():
 
 @pytest.mark.parametrize("precision", ["float32", "int8", "bfloat16"])
 def test_output_kernel_of_some_ids_gives_those_logits(precision):
-  """A shortlist's kernel (SharedEmbedding.output_kernel(ids)): the columns of the logits, int8
-  scales gathered with their columns."""
+  """Shortlists' kernel (SharedEmbedding.output_kernel(ids)): each sentence's rows (3 each, an
+  odd count: int8 pads them) get the columns of its own ids, int8 scales gathered with their
+  columns; a bias of each sentence's ids is added to its rows."""
   keras.utils.set_random_seed(4)
   model = build_model(ModelConfig(40, 40, num_layers=1, d_model=16, num_heads=2, d_ff=32))
   precisions.convert(model, precision)
-  hidden = tf.constant(np.random.default_rng(3).normal(size=(5, 16)), tf.float32)
-  ids = [3, 37, 0, 21, 8, 9]
+  hidden = tf.constant(np.random.default_rng(3).normal(size=(6, 16)), tf.float32)
+  ids = np.array([[3, 37, 0, 21, 8, 9], [5, 6, 7, 1, 2, 39]])
+  bias = np.random.default_rng(4).normal(size=(2, 6)).astype(np.float32)
   full = model.logits(hidden).numpy()
-  listed = model.logits(hidden, model.target_embedding.output_kernel(tf.constant(ids)))
-  assert listed.shape == (5, len(ids))
+  listed = model.logits(hidden, model.target_embedding.output_kernel(tf.constant(ids)),
+                        tf.constant(bias))
+  assert listed.shape == (6, 6)
+  expected = np.concatenate([full[:3, ids[0]] + bias[0], full[3:, ids[1]] + bias[1]])
   if precision == "int8":  # int32 sums and per-column scales: exactly those columns
-    np.testing.assert_array_equal(listed.numpy(), full[:, ids])
+    np.testing.assert_array_equal(listed.numpy(), expected)
   else:
-    np.testing.assert_allclose(listed.numpy(), full[:, ids], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(listed.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["float32_fast", "float32", "int8", "bfloat16"])
@@ -174,6 +178,6 @@ def test_the_float32_output_kernel_is_the_transposed_embedding_and_its_columns()
   kernel = precisions.Float32Kernel(tf.Variable(embeddings), transposed=True)
   assert kernel.shape == (4, 10)
   np.testing.assert_array_equal(kernel.column_tensors()[0].numpy(), embeddings.T)
-  np.testing.assert_array_equal(kernel.column_tensors(tf.constant([7, 2]))[0].numpy(),
-                                embeddings[[7, 2]].T)
+  np.testing.assert_array_equal(kernel.column_tensors(tf.constant([[7, 2], [1, 9]]))[0].numpy(),
+                                [embeddings[[7, 2]].T, embeddings[[1, 9]].T])
   assert kernel.column_tensors(dtype=tf.bfloat16)[0].dtype == tf.bfloat16
