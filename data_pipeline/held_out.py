@@ -63,18 +63,24 @@ def held_out_keys(pairs, dev_size: int, test_size: int, seed: int) -> tuple[set,
 
 def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
                 tgt_lang: str, dev_size: int, test_size: int, seed: int,
-                extra_train=(), on_bad_line: str = "error") -> SplitCounts:
+                extra_train=(), on_bad_line: str = "error",
+                extra_prefix: str = "train") -> SplitCounts:
   """Writes `out_dir`/{train,dev,test}.{src_lang,tgt_lang}, UTF-8, one pair a line.
 
   Args:
     source_path, target_path: the corpus to split (plain or .gz, line-aligned), validated
       first (line counts, UTF-8 per `on_bad_line`); empty pairs are left out.
-    extra_train: (source path, target path) pairs of corpora appended to train, but for the
-      pairs whose source sentence is held out.
+    extra_train: (source path, target path) pairs of corpora for training, but for the pairs
+      whose source sentence is held out: appended to train, or, with another
+      `extra_prefix`, written to `out_dir`/{extra_prefix}.{src_lang,tgt_lang} (a corpus of
+      its own, to weigh against train: --train_prefix=train,{extra_prefix}).
 
   Returns:
     The pairs written to each split.
   """
+  if extra_prefix in SPLITS[1:] or not extra_prefix:
+    raise corpora.CorpusError(f"the extra corpora cannot be written as {extra_prefix!r}: "
+                              "it names a held-out split")
   corpora_to_read = [(source_path, target_path), *extra_train]
   skipped = {paths: corpora.scan_parallel(*paths, on_bad_line=on_bad_line).bad_lines
              for paths in corpora_to_read}
@@ -86,15 +92,16 @@ def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
   os.makedirs(out_dir, exist_ok=True)
   counts = dict.fromkeys(SPLITS, 0)
   extra = dropped = 0
+  names = SPLITS + ((extra_prefix,) if extra_train and extra_prefix not in SPLITS else ())
   with contextlib.ExitStack() as stack:  # every file complete before any is renamed
     outputs = {(split, lang): stack.enter_context(
                    files.atomic_file(os.path.join(out_dir, f"{split}.{lang}")))
-               for split in SPLITS for lang in (src_lang, tgt_lang)}
+               for split in names for lang in (src_lang, tgt_lang)}
 
     def write(split, source, target):
       outputs[split, src_lang].write(source + "\n")
       outputs[split, tgt_lang].write(target + "\n")
-      counts[split] += 1
+      counts[split] = counts.get(split, 0) + 1
 
     for source, target in pairs(corpora_to_read[0]):
       key = _key(seed, source)
@@ -105,6 +112,8 @@ def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
         if key in dev or key in test:
           dropped += 1  # a held-out sentence must not be trained on
           continue
-        write("train", source, target)
+        write(extra_prefix, source, target)
         extra += 1
-  return SplitCounts(counts["train"], counts["dev"], counts["test"], extra, dropped)
+  # train: the pairs of every training file (train, and extra_prefix's)
+  return SplitCounts(sum(counts[name] for name in names if name not in SPLITS[1:]),
+                     counts["dev"], counts["test"], extra, dropped)

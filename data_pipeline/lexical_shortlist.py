@@ -13,6 +13,7 @@ MAX_PAIRS pairs of the training data are read, which bounds its time and memory.
 """
 
 import dataclasses
+import functools
 import os
 from typing import Iterable, Iterator
 
@@ -154,9 +155,10 @@ def training_pairs(config, vocabulary) -> tf.data.Dataset:
     shared = vocabulary.source_model_path == vocabulary.target_model_path
     config = dataclasses.replace(config, shared_vocab=shared)
     return TfdsData(config, os.path.dirname(vocabulary.source_model_path)).train_pairs()
-  paths = [corpora.find_corpus_file(config.data_dir, config.train_prefix, lang)
-           for lang in (config.src_lang, config.tgt_lang)]
-  return pipeline.text_pairs(*paths)
+  pairs = [pipeline.text_pairs(*(corpora.find_corpus_file(config.data_dir, prefix, lang)
+                                 for lang in (config.src_lang, config.tgt_lang)))
+           for prefix in config.train_prefixes]
+  return functools.reduce(lambda first, second: first.concatenate(second), pairs)
 
 
 def token_blocks(pairs: tf.data.Dataset, vocabulary,

@@ -1,5 +1,7 @@
 """A translation task's data: validated corpora, its subword vocabulary and its pipelines."""
 
+import functools
+
 from absl import logging
 
 from data_pipeline import corpora, pipeline, tokenizer
@@ -9,20 +11,24 @@ class ParallelData:
   """The train/dev/test corpora of one direction under `data_dir`, ready for training.
 
   Construction validates the training and dev corpora (line counts, UTF-8, empty files), and
-  trains the SentencePiece model(s) into `model_dir` the first time (reused after).
+  trains the SentencePiece model(s) into `model_dir` the first time (reused after), on the
+  sentences of every training corpus.
   """
 
   def __init__(self, config, model_dir: str):
     """Args: config: a DataConfig; model_dir: where the subword models live."""
     self.config = config
     c = config
-    self.train_paths = self._find(c.train_prefix)
-    self.train_scan = self._scan("train", self.train_paths)
+    # (source path, target path, scan) of each training corpus, in --train_prefix's order
+    self.train_corpora = []
+    for prefix in c.train_prefixes:
+      paths = self._find(prefix)
+      self.train_corpora.append((*paths, self._scan("train", paths)))
     self.dev_paths = self._find(c.dev_prefix) if c.dev_prefix else None
     self.dev_scan = self._scan("dev", self.dev_paths) if self.dev_paths else None
     self.test_paths = self._find(c.test_prefix) if c.test_prefix else None
-    scan = self.train_scan
-    if scan.num_lines - scan.empty_pairs - len(scan.bad_lines) <= 0:
+    self.train_weights = self._weights()
+    if sum(self._usable_lines(scan) for *_, scan in self.train_corpora) <= 0:
       self._nothing_left()  # before SentencePiece, which cannot train on nothing
     self.vocabulary = self._build_vocabulary(model_dir)
     kept, too_long = pipeline.count_examples(self.train_pairs(), self.vocabulary, c.max_length)
@@ -31,9 +37,30 @@ class ParallelData:
     if kept == 0:
       self._nothing_left()
 
+  @staticmethod
+  def _usable_lines(scan):
+    return scan.num_lines - scan.empty_pairs - len(scan.bad_lines)
+
+  def _weights(self):
+    """Each training corpus's share of the pairs drawn: --train_weights, or the corpora's
+    usable pairs (concatenation's shares)."""
+    if len(self.train_corpora) == 1:
+      return (1.0,)
+    weights = self.config.train_weights or tuple(
+        float(self._usable_lines(scan)) for *_, scan in self.train_corpora)
+    for (source, _, scan), weight in zip(self.train_corpora, weights):
+      if weight > 0 and self._usable_lines(scan) <= 0:
+        raise corpora.CorpusError(f"{source}: no usable pair, but its --train_weights is "
+                                  f"{weight:g}")
+    total = sum(weights)
+    logging.info("train: corpora drawn from by shares %s", ", ".join(
+        f"{source} {weight / total:.3f}" for (source, _, _), weight in zip(self.train_corpora,
+                                                                           weights)))
+    return tuple(weight / total for weight in weights)
+
   def _nothing_left(self):
-    raise corpora.CorpusError(f"{self.train_paths[0]}: no pair left for training (all empty, "
-                              f"invalid or over --max_length={self.config.max_length})")
+    raise corpora.CorpusError(f"{self.train_corpora[0][0]}: no pair left for training (all "
+                              f"empty, invalid or over --max_length={self.config.max_length})")
 
   def _find(self, prefix):
     c = self.config
@@ -47,27 +74,38 @@ class ParallelData:
     return scan
 
   def _build_vocabulary(self, model_dir):
-    paths = {"both": self.train_paths, "source": self.train_paths[:1],
-             "target": self.train_paths[1:]}
-    return tokenizer.ensure_vocabulary(
-        model_dir, self.config,
-        lambda side: corpora.iterate_sentences(paths[side], self.train_scan.bad_lines))
+    sides = {"both": (0, 1), "source": (0,), "target": (1,)}
+
+    def sentences(side):
+      for corpus in self.train_corpora:
+        yield from corpora.iterate_sentences([corpus[index] for index in sides[side]],
+                                             corpus[2].bad_lines)
+
+    return tokenizer.ensure_vocabulary(model_dir, self.config, sentences)
+
+  def _corpus_pairs(self, corpus):
+    source, target, scan = corpus
+    return pipeline.text_pairs(source, target, skip_lines=scan.bad_lines)
 
   def train_pairs(self):
-    """tf.data of the training (source, target) strings."""
-    return pipeline.text_pairs(*self.train_paths, skip_lines=self.train_scan.bad_lines)
+    """tf.data of the training (source, target) strings, every corpus once, in order."""
+    pairs = [self._corpus_pairs(corpus) for corpus in self.train_corpora]
+    return functools.reduce(lambda first, second: first.concatenate(second), pairs)
 
   def train_batches(self, seed: int, num_shards: int = 1, shard: int = 0):
-    """Endless training batches of this worker's shard (every num_shards-th pair)."""
+    """Endless training batches of this worker's shard (every num_shards-th pair of each
+    corpus), the corpora drawn from by their weights."""
     c = self.config
-    pairs = self.train_pairs()
-    if num_shards > 1:
-      pairs = pairs.shard(num_shards, shard)
-    # a buffer over the corpus's size shuffles alike, but every checkpoint of the iterator
-    # writes each of its empty slots (26 MB and a second per save for the default 100,000)
-    buffer = min(c.shuffle_buffer, self.train_scan.num_lines)
-    return pipeline.train_batches(pairs, self.vocabulary, c.max_length, c.batch_tokens, buffer,
-                                  seed)
+    streams = []
+    for corpus in self.train_corpora:
+      pairs = self._corpus_pairs(corpus)
+      if num_shards > 1:
+        pairs = pairs.shard(num_shards, shard)
+      # a buffer over the corpus's size shuffles alike, but every checkpoint of the iterator
+      # writes each of its empty slots (26 MB and a second per save for the default 100,000)
+      streams.append((pairs, min(c.shuffle_buffer, corpus[2].num_lines)))
+    return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
+                                  self.train_weights)
 
   def dev_batches(self):
     """One pass over the dev set in bucketed batches (for the dev loss), or None."""

@@ -100,16 +100,26 @@ def add_decoder_inputs(source_ids, target_ids):
   return source_ids, decoder_inputs(target_ids), target_ids
 
 
-def train_batches(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int,
-                  batch_tokens: int, shuffle_buffer: int, seed: int) -> tf.data.Dataset:
-  """Endless shuffled, bucketed training batches.
+def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabulary,
+                  max_length: int, batch_tokens: int, seed: int,
+                  weights=None) -> tf.data.Dataset:
+  """Endless shuffled, bucketed training batches of one or more corpora.
+
+  Args:
+    corpora: (string pairs, shuffle buffer) of each training corpus. Each is shuffled and
+      repeated on its own (corpus i with seed + i).
+    seed: the shuffles' and the mixture's seed.
+    weights: with several corpora, each one's share of the pairs drawn (normalised; drawn
+      before pairs over max_length are dropped), as tf.data's sample_from_datasets draws.
 
   Returns:
     Dataset of (source_ids, target_input_ids, target_ids), each int32 [batch, L].
   """
-  return (pairs
-          .shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-          .repeat()
+  streams = [pairs.shuffle(buffer, seed=seed + index, reshuffle_each_iteration=True).repeat()
+             for index, (pairs, buffer) in enumerate(corpora)]
+  mixed = streams[0] if len(streams) == 1 else tf.data.Dataset.sample_from_datasets(
+      streams, weights=[float(weight) for weight in weights], seed=seed)
+  return (mixed
           .apply(tokenize_pairs(vocabulary, max_length))
           .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens))
           .map(add_decoder_inputs, num_parallel_calls=AUTOTUNE)

@@ -2,10 +2,12 @@
 e.g. wmt14_translate/de-en), or one built from local files by `build_dataset`
 (`python -m tf_transformer.bin.build_dataset`).
 
-Splits: "train" (sharded per worker at the file level), "validation" (dev loss, BLEU and the
-best checkpoint) and "test" (scored after training), each used when the dataset has it.
+Splits: "train" (sharded per worker at the file level; --train_prefix names other training
+splits, several drawn from by --train_weights), "validation" (dev loss, BLEU and the best
+checkpoint) and "test" (scored after training), each used when the dataset has it.
 """
 
+import functools
 import itertools
 
 import tensorflow as tf
@@ -66,11 +68,17 @@ class TfdsData:
     if missing:
       raise CorpusError(f"{c.dataset}: no language {', '.join(missing)} (it has "
                         f"{', '.join(languages)}); set --src_lang and --tgt_lang")
-    if TRAIN not in info.splits:
-      raise CorpusError(f"{c.dataset}: no '{TRAIN}' split (it has {', '.join(info.splits)})")
+    self.train_splits = c.train_prefixes
+    for split in self.train_splits:
+      if split not in info.splits:
+        raise CorpusError(f"{c.dataset}: no '{split}' split (it has {', '.join(info.splits)}); "
+                          "check --train_prefix")
     self.splits = set(info.splits)
-    logging.info("%s: %d training pairs; splits %s", c.dataset,
-                 info.splits[TRAIN].num_examples, ", ".join(sorted(self.splits)))
+    self.train_sizes = [info.splits[split].num_examples for split in self.train_splits]
+    logging.info("%s: %d training pairs; splits %s", c.dataset, sum(self.train_sizes),
+                 ", ".join(sorted(self.splits)))
+    weights = c.train_weights or tuple(float(size) for size in self.train_sizes)
+    self.train_weights = tuple(weight / sum(weights) for weight in weights)
     self.vocabulary = tokenizer.ensure_vocabulary(model_dir, c, self._sentences)
 
   def _pairs(self, split, seed: int | None = None):
@@ -83,27 +91,37 @@ class TfdsData:
         lambda example: (tf.strings.strip(example[src]), tf.strings.strip(example[tgt]))))
 
   def _sentences(self, side):
-    """Up to --spm_input_sentences training sentences of `side` per language (records are
-    shuffled when TFDS writes them, so the first ones are a random sample)."""
+    """Up to --spm_input_sentences training sentences of `side` per language, each training
+    split giving its share by size (records are shuffled when TFDS writes them, so a split's
+    first ones are a random sample of it)."""
     c = self.config
-    pairs = tfds.as_numpy(self._pairs(TRAIN).take(c.spm_input_sentences))
-    for source, target in pairs:
-      if side in ("both", "source"):
-        yield source.decode("utf-8", errors="replace")
-      if side in ("both", "target"):
-        yield target.decode("utf-8", errors="replace")
+    total = sum(self.train_sizes)
+    for split, size in zip(self.train_splits, self.train_sizes):
+      share = -(-c.spm_input_sentences * size // total)
+      for source, target in tfds.as_numpy(self._pairs(split).take(share)):
+        if side in ("both", "source"):
+          yield source.decode("utf-8", errors="replace")
+        if side in ("both", "target"):
+          yield target.decode("utf-8", errors="replace")
 
   def train_pairs(self):
-    return self._pairs(TRAIN)
+    """tf.data of the training (source, target) strings, every training split once, in
+    order."""
+    pairs = [self._pairs(split) for split in self.train_splits]
+    return functools.reduce(lambda first, second: first.concatenate(second), pairs)
 
   def train_batches(self, seed: int, num_shards: int = 1, shard: int = 0):
-    """Endless training batches of this worker's share of the record files."""
+    """Endless training batches of this worker's share of each training split's record
+    files, the splits drawn from by their weights."""
     c = self.config
-    split = TRAIN if num_shards == 1 else tfds.even_splits(TRAIN, n=num_shards)[shard]
-    # no larger than the split (see ParallelData.train_batches)
-    buffer = min(c.shuffle_buffer, self.builder.info.splits[TRAIN].num_examples)
-    return pipeline.train_batches(self._pairs(split, seed), self.vocabulary, c.max_length,
-                                  c.batch_tokens, buffer, seed)
+    streams = []
+    for index, (split, size) in enumerate(zip(self.train_splits, self.train_sizes)):
+      if num_shards > 1:
+        split = tfds.even_splits(split, n=num_shards)[shard]
+      # no larger than the split (see ParallelData.train_batches)
+      streams.append((self._pairs(split, seed + index), min(c.shuffle_buffer, size)))
+    return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
+                                  self.train_weights)
 
   def dev_batches(self):
     if DEV not in self.splits:

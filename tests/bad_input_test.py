@@ -77,6 +77,15 @@ ROWS = {
         "--max_length=1",
         message="error: {d}/train.src: no pair left for training (all empty, invalid or over "
                 "--max_length=1)"),
+    **{f"--train_weights={weights}": train(
+        "--train_prefix=train,train", f"--train_weights={weights}",
+        message="error: --train_weights must be a number >= 0 for each of the 2 --train_prefix "
+                f"corpora, not all 0, got '{weights}'")
+       for weights in ("1", "1,-1", "0,0", "1,x")},
+    "a weighted corpus without a usable pair": train(
+        "--train_prefix=train,extra", "--train_weights=1,1",
+        prepare=chain(write("extra.src", b"\n\n"), write("extra.tgt", b"\n\n")),
+        message="error: {d}/extra.src: no usable pair, but its --train_weights is 1"),
     # ------------------------------------------------------------------ flags and flagfiles
     "unknown flag": train(
         "--batch_tokes=100",

@@ -107,13 +107,20 @@ class _Checked:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig(_Checked):
-  """Where the corpora are and how they become batches."""
+  """Where the corpora are and how they become batches.
+
+  train_prefix: the training corpora, comma-separated ({data_dir}/{prefix}.{lang} files, or a
+  TFDS dataset's splits). train_weights: with several, each corpus's share of the pairs drawn
+  for training (any scale; each corpus repeats on its own, so a small one weighted up is
+  seen again and again); () draws in proportion to the corpora's pairs, as if concatenated.
+  """
   data_dir: str | None = None
   dataset: str = ""
   tfds_data_dir: str | None = None
   src_lang: str = "en"
   tgt_lang: str = "de"
   train_prefix: str = "train"
+  train_weights: tuple[float, ...] = ()
   dev_prefix: str | None = "val"
   test_prefix: str | None = None
   max_length: int = 100
@@ -124,6 +131,25 @@ class DataConfig(_Checked):
   on_bad_line: str = "error"
   batch_tokens: int = 4096
   shuffle_buffer: int = 100_000
+
+  def __post_init__(self):
+    super().__post_init__()
+    prefixes = self.train_prefix.split(",")
+    if not all(prefix.strip() for prefix in prefixes):
+      raise ConfigError(f"DataConfig: train_prefix={self.train_prefix!r} must be one or more "
+                        "comma-separated corpus names, none empty")
+    weights = self.train_weights
+    if weights and (len(weights) != len(prefixes) or not all(
+        isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0
+        for weight in weights) or not sum(weights) > 0):
+      raise ConfigError(f"DataConfig: train_weights={list(weights)} must be one finite number "
+                        f">= 0 for each of the {len(prefixes)} train_prefix corpora "
+                        f"({self.train_prefix}), not all 0")
+
+  @property
+  def train_prefixes(self) -> tuple[str, ...]:
+    """The training corpora's names, in train_prefix's order."""
+    return tuple(prefix.strip() for prefix in self.train_prefix.split(","))
 
 
 @dataclasses.dataclass(frozen=True)

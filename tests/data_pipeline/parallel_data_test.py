@@ -35,7 +35,8 @@ def test_parallel_data_trains_then_reuses_model(data_dir, tmp_path):
   model_path = os.path.join(model_dir, "spm.joint.model")
   assert os.path.isfile(model_path)
   assert data.vocabulary.source is data.vocabulary.target
-  assert data.train_scan == corpora.CorpusScan(150, 0, ())
+  assert data.train_corpora == [(str(data_dir / "train.en"), str(data_dir / "train.de"),
+                                 corpora.CorpusScan(150, 0, ()))]
   assert data.dev_paths == (str(data_dir / "val.en.gz"), str(data_dir / "val.de.gz"))
   mtime = os.stat(model_path).st_mtime_ns
   size = data.vocabulary.source_size
@@ -93,7 +94,7 @@ def test_parallel_data_skips_bad_lines(data_dir, tmp_path):
   assert str(e.value) == (f"{data_dir}/train.en:6: not valid UTF-8 (byte 0xff at column 1); "
                           "fix the file or pass --on_bad_line=skip")
   data = ParallelData(_config(data_dir, on_bad_line="skip"), str(tmp_path / "model"))
-  assert data.train_scan.bad_lines == (5,)
+  assert data.train_corpora[0][2].bad_lines == (5,)
   train = list(data.train_pairs().as_numpy_iterator())
   assert len(train) == 149
   assert (pairs[5][0].encode(), pairs[5][1].encode()) not in train
@@ -147,7 +148,8 @@ def test_a_shuffle_buffer_over_the_corpus_size_is_cut_to_it(data_dir, tmp_path):
 
   data = ParallelData(_config(data_dir, shuffle_buffer=100_000), str(tmp_path / "model"))
   ours = iter(data.train_batches(seed=3))
-  asked = iter(pipeline.train_batches(data.train_pairs(), data.vocabulary, 60, 512, 100_000, 3))
+  asked = iter(pipeline.train_batches([(data.train_pairs(), 100_000)], data.vocabulary, 60, 512,
+                                      3))
   for _ in range(40):  # several epochs of the 150 pairs
     for got, want in zip(next(ours), next(asked)):
       np.testing.assert_array_equal(got.numpy(), want.numpy())

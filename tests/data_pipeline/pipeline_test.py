@@ -139,8 +139,8 @@ def test_eval_batches_one_pass(vocabulary):
 
 
 def _first_batches(pairs, vocabulary, seed, n=5):
-  dataset = pipeline.train_batches(_pairs_dataset(pairs), vocabulary, max_length=30,
-                                   batch_tokens=256, shuffle_buffer=500, seed=seed)
+  dataset = pipeline.train_batches([(_pairs_dataset(pairs), 500)], vocabulary, max_length=30,
+                                   batch_tokens=256, seed=seed)
   return list(dataset.take(n).as_numpy_iterator())
 
 
@@ -162,8 +162,8 @@ def test_train_batches_endless(vocabulary):
   pairs = testutil.sentence_pairs(40, seed=9, max_words=8)
   max_length, batch_tokens = 30, 256
   boundaries = bucketing.bucket_boundaries(max_length + 1)
-  dataset = pipeline.train_batches(_pairs_dataset(pairs), vocabulary, max_length, batch_tokens,
-                                   shuffle_buffer=100, seed=1)
+  dataset = pipeline.train_batches([(_pairs_dataset(pairs), 100)], vocabulary, max_length,
+                                   batch_tokens, seed=1)
   assert dataset.element_spec == (tf.TensorSpec([None, None], tf.int32),) * 3
   examples = 0
   seen = collections.Counter()
@@ -208,8 +208,8 @@ def rss_mib():
 lines, folder, spm = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 vocabulary = tokenizer.load_vocabulary(spm, spm)
 pairs = pipeline.text_pairs(f"{folder}/train.src", f"{folder}/train.tgt")
-batches = pipeline.train_batches(pairs, vocabulary, max_length=64, batch_tokens=4096,
-                                 shuffle_buffer=10_000, seed=1)
+batches = pipeline.train_batches([(pairs, 10_000)], vocabulary, max_length=64,
+                                 batch_tokens=4096, seed=1)
 seen, rss = 0, {}
 for source_ids, _, _ in batches:
   seen += int(source_ids.shape[0])

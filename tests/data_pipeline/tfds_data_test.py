@@ -20,7 +20,8 @@ def write_split(folder, name, lines, offset=0):
 def built(tmp_path_factory):
   folder = tmp_path_factory.mktemp("corpus")
   splits = {"train": write_split(folder, "train", 300), "validation":
-            write_split(folder, "val", 20, 1000), "test": write_split(folder, "test", 10, 2000)}
+            write_split(folder, "val", 20, 1000), "test": write_split(folder, "test", 10, 2000),
+            "extra": write_split(folder, "extra", 60, 5000)}
   out = folder / "tfds"
   tfds_data.build_dataset(splits, "toy_corpus", str(out), "src", "tgt")
   return folder, out
@@ -36,7 +37,7 @@ def test_built_dataset_has_every_pair_of_each_split(built):
   folder, out = built
   builder = tfds.builder("toy_corpus", data_dir=str(out))
   assert {name: split.num_examples for name, split in builder.info.splits.items()} == {
-      "train": 300, "validation": 20, "test": 10}
+      "train": 300, "validation": 20, "test": 10, "extra": 60}
   pairs = {(ex["src"].decode(), ex["tgt"].decode())
            for ex in tfds.as_numpy(builder.as_dataset(split="train"))}
   with open(folder / "train.src") as src, open(folder / "train.tgt") as tgt:
@@ -56,6 +57,27 @@ def test_workers_read_disjoint_shares_covering_the_train_split(built, tmp_path):
   assert len(batch) == 3 and batch[0].dtype == tf.int32
   assert len(data.dev_pairs()) == 20 and len(data.dev_pairs(limit=5)) == 5
   assert len(data.test_pairs()) == 10
+
+
+def test_training_splits_are_drawn_from_by_weight(built, tmp_path):
+  """--train_prefix=train,extra --train_weights=1,1: half the rows from the 60 pairs of
+  "extra" (a chi-square bound at 1 - 1e-4), against a fifth by the splits' sizes; the subword
+  model knows both splits' words."""
+  _, out = built
+  for weights, share in (((1.0, 1.0), 0.5), ((), 60 / 360)):
+    data = tfds_data.TfdsData(config(out, train_prefix="train,extra", train_weights=weights),
+                              str(tmp_path / str(share)))
+    extra = total = 0
+    for source, _, _ in data.train_batches(seed=2).take(200).as_numpy_iterator():
+      for text in data.vocabulary.source.detokenize(source).numpy():
+        extra += int(text.decode().split()[-1][1:]) >= 5000
+        total += 1
+    assert total > 2000
+    expected = total * share
+    chi_square = (extra - expected) ** 2 / expected + (extra - expected) ** 2 / (total - expected)
+    assert chi_square < 15.14, (extra, total, share)
+  with pytest.raises(CorpusError, match="tfds:toy_corpus: no 'nope' split .*check --train_prefix"):
+    tfds_data.TfdsData(config(out, train_prefix="train,nope"), str(tmp_path / "nope"))
 
 
 def test_wrong_language_is_a_corpus_error(built, tmp_path):

@@ -7,6 +7,7 @@ reads flags: a tool calls `*_config_from_flags()` once and passes the configs
 """
 
 import dataclasses
+import math
 
 from absl import flags
 
@@ -37,7 +38,13 @@ flags.DEFINE_string("dataset", "",
 flags.DEFINE_string("tfds_data_dir", None, "Where TFDS datasets are stored (default: TFDS's).")
 flags.DEFINE_string("src_lang", "en", "Source language suffix of the corpus files.")
 flags.DEFINE_string("tgt_lang", "de", "Target language suffix of the corpus files.")
-flags.DEFINE_string("train_prefix", "train", "Training corpus: {data_dir}/{train_prefix}.{lang}.")
+flags.DEFINE_string("train_prefix", "train",
+                    "Training corpus: {data_dir}/{train_prefix}.{lang} (with --dataset: a split); "
+                    "several, comma-separated, are drawn from by --train_weights.")
+flags.DEFINE_list("train_weights", [],
+                  "With several --train_prefix corpora: each one's share of the training pairs "
+                  "(numbers >= 0, any scale; each corpus repeats on its own). Default: in "
+                  "proportion to their sizes, as if concatenated.")
 flags.DEFINE_string("dev_prefix", "val", "Dev corpus (loss, BLEU, best checkpoint).")
 flags.DEFINE_string("test_prefix", None, "Test corpus, scored once after training.")
 _integer("max_length", 100,
@@ -199,7 +206,16 @@ def data_config_from_flags() -> config.DataConfig:
            f"--dataset must look like tfds:NAME or tfds:NAME/CONFIG, got {FLAGS.dataset!r}")
   _require(FLAGS.batch_tokens > FLAGS.max_length,
            f"--batch_tokens ({FLAGS.batch_tokens}) must exceed --max_length ({FLAGS.max_length})")
-  return _from_flags(config.DataConfig)
+  try:
+    weights = tuple(float(weight) for weight in FLAGS.train_weights)
+  except ValueError:
+    weights = (math.nan,)
+  prefixes = FLAGS.train_prefix.split(",")
+  _require(not weights or (len(weights) == len(prefixes) and sum(weights) > 0 and all(
+      math.isfinite(weight) and weight >= 0 for weight in weights)),
+           f"--train_weights must be a number >= 0 for each of the {len(prefixes)} "
+           f"--train_prefix corpora, not all 0, got {','.join(FLAGS.train_weights)!r}")
+  return _from_flags(config.DataConfig, train_weights=weights)
 
 
 def model_config_from_flags(source_vocab_size: int, target_vocab_size: int) -> config.ModelConfig:

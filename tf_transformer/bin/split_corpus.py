@@ -2,11 +2,13 @@
 
     python -m tf_transformer.bin.split_corpus --src=alt.ja --tgt=alt.vi --src_lang=ja \\
         --tgt_lang=vi --dev_size=1000 --test_size=1000 --seed=1234 --out=data/ja_vi_alt \\
-        [--extra_src=tatoeba.ja --extra_tgt=tatoeba.vi]
+        [--extra_src=tatoeba.ja --extra_tgt=tatoeba.vi [--extra_prefix=tatoeba]]
 
 writes --out/{train,dev,test}.{src_lang,tgt_lang}. The held-out pairs depend only on --seed and
 the source sentences (see data_pipeline.held_out), so the same command gives the same split on
-any machine; the --extra_* corpora go to train, but for pairs whose source is held out.
+any machine; the --extra_* corpora go to train, but for pairs whose source is held out, or with
+--extra_prefix=NAME to --out/NAME.{src_lang,tgt_lang}, a training corpus of its own that
+--train_prefix=train,NAME --train_weights=... weighs against train.
 """
 
 from absl import flags, logging
@@ -23,6 +25,8 @@ flags.DEFINE_integer("test_size", None, "Pairs held out for test.", lower_bound=
 flags.DEFINE_list("extra_src", [], "Source files added to train (comma-separated; pairs with a "
                   "held-out source are left out).")
 flags.DEFINE_list("extra_tgt", [], "The target sides of --extra_src, in the same order.")
+flags.DEFINE_string("extra_prefix", "train", "Where the --extra_src pairs go: appended to train "
+                    "(the default), or a corpus of this name of their own.")
 
 FLAGS = flags.FLAGS
 
@@ -34,15 +38,21 @@ def main(argv):
   if len(FLAGS.extra_src) != len(FLAGS.extra_tgt):
     raise FlagError(f"--extra_src names {len(FLAGS.extra_src)} file(s) but --extra_tgt "
                            f"{len(FLAGS.extra_tgt)}; they pair up in order")
+  if FLAGS.extra_prefix in ("", "dev", "test"):
+    raise FlagError(f"--extra_prefix={FLAGS.extra_prefix!r} must name a training corpus, not "
+                    "a held-out split")
   counts = held_out.write_split(FLAGS.src, FLAGS.tgt, FLAGS.out, FLAGS.src_lang,
                                 FLAGS.tgt_lang, FLAGS.dev_size, FLAGS.test_size, FLAGS.seed,
                                 list(zip(FLAGS.extra_src, FLAGS.extra_tgt)),
-                                FLAGS.on_bad_line)
-  logging.info("wrote %s/{train,dev,test}.{%s,%s}: train %d pairs (%d from --extra_src, %d "
-               "extra pairs left out as held out), dev %d, test %d", FLAGS.out, FLAGS.src_lang,
-               FLAGS.tgt_lang, counts.train, counts.extra_train, counts.extra_held_out,
-               counts.dev, counts.test)
-  print(f"train with --data_dir={FLAGS.out} --train_prefix=train --dev_prefix=dev "
+                                FLAGS.on_bad_line, FLAGS.extra_prefix)
+  separate = FLAGS.extra_src and FLAGS.extra_prefix != "train"
+  logging.info("wrote %s/{train,dev,test%s}.{%s,%s}: train %d pairs (%d from --extra_src%s, %d "
+               "extra pairs left out as held out), dev %d, test %d", FLAGS.out,
+               f",{FLAGS.extra_prefix}" if separate else "", FLAGS.src_lang, FLAGS.tgt_lang,
+               counts.train, counts.extra_train, f" in {FLAGS.extra_prefix}" if separate else "",
+               counts.extra_held_out, counts.dev, counts.test)
+  train = f"train,{FLAGS.extra_prefix}" if separate else "train"
+  print(f"train with --data_dir={FLAGS.out} --train_prefix={train} --dev_prefix=dev "
         "--test_prefix=test")
 
 

@@ -24,6 +24,32 @@ def test_writes_train_dev_test_and_says_how_to_train(tmp_path):
   assert lines["train.de"] == [t for s, t in pairs if s in set(lines["train.en"])]
 
 
+def test_extra_corpora_go_to_a_corpus_of_their_own_with_extra_prefix(tmp_path):
+  """--extra_prefix=more: the extra pairs, but for those whose source is held out, in
+  more.{en,de}, and train holds the main corpus's pairs only."""
+  pairs = [(f"s{i}", f"t{i}") for i in range(50)]
+  src, tgt = testutil.write_pairs(tmp_path, "corpus", pairs)
+  extra = [(f"s{i}", f"x{i}") for i in range(40, 60)]  # s40-s49 also in the main corpus
+  extra_src, extra_tgt = testutil.write_pairs(tmp_path, "extra", extra)
+  out = tmp_path / "out"
+  result = testutil.run_cli("tf_transformer.bin.split_corpus", f"--src={src}", f"--tgt={tgt}",
+                            f"--extra_src={extra_src}", f"--extra_tgt={extra_tgt}",
+                            "--extra_prefix=more", "--src_lang=en", "--tgt_lang=de",
+                            "--dev_size=5", "--test_size=7", f"--out={out}")
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip() == (f"train with --data_dir={out} --train_prefix=train,more "
+                                   "--dev_prefix=dev --test_prefix=test")
+  held = set((out / "dev.en").read_text().split()) | set((out / "test.en").read_text().split())
+  assert (out / "train.en").read_text().split() == [s for s, _ in pairs if s not in held]
+  assert (out / "more.en").read_text().split() == [s for s, _ in extra if s not in held]
+  assert (out / "more.de").read_text().split() == [t for s, t in extra if s not in held]
+  testutil.assert_one_line_error(
+      testutil.run_cli("tf_transformer.bin.split_corpus", f"--src={src}", f"--tgt={tgt}",
+                       f"--extra_src={extra_src}", f"--extra_tgt={extra_tgt}",
+                       "--extra_prefix=dev", "--dev_size=5", "--test_size=7", f"--out={out}"),
+      "error: --extra_prefix='dev' must name a training corpus, not a held-out split")
+
+
 @pytest.mark.parametrize("left_out, extra, message", [
     ("--src", (), "error: --src is required (see --helpfull)"),
     ("--dev_size", (), "error: --dev_size is required (see --helpfull)"),

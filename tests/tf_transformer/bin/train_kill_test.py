@@ -1,5 +1,6 @@
 """A training run killed (SIGKILL) at five moments resumes from its newest complete checkpoint
-and ends with the weights of a run never killed."""
+and ends with the weights of a run never killed, its two training corpora drawn from by weight
+(the mixture resumes where it was too)."""
 
 import concurrent.futures
 
@@ -72,7 +73,8 @@ app.run(train.main)
 
 def _args(data_dir, model_dir):
   return ["--flagfile=flags/tiny.cfg", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-          "--src_lang=src", "--tgt_lang=tgt", "--dev_prefix=train", "--eval_sentences=8",
+          "--src_lang=src", "--tgt_lang=tgt", "--train_prefix=train,extra",
+          "--train_weights=1,2", "--dev_prefix=train", "--eval_sentences=8",
           f"--train_steps={STEPS}", f"--save_every={EVERY}", f"--eval_every={EVERY}",
           "--deterministic"]
 
@@ -96,6 +98,9 @@ def runs(tmp_path_factory):
   with its model folder; two runs at a time."""
   corpus = tmp_path_factory.mktemp("corpus")
   write_corpus(corpus)
+  extra = [[f"w{(i * 5 + j) % 13}" for j in range(1 + i % 3)] for i in range(60)]
+  testutil.write_corpus(corpus, "extra", [" ".join(w) for w in extra],
+                        [" ".join(reversed(w)) for w in extra])
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     reference = pool.submit(testutil.run_cli, "tf_transformer.train",
                             *_args(corpus, corpus / "reference"))
