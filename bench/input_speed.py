@@ -60,8 +60,8 @@ def main(argv):
     tokenizer.train_sentencepiece(sample, spm, FLAGS.vocab_size)
   vocabulary = tokenizer.load_vocabulary(spm, spm)
 
-  batches = pipeline.train_batches(pipeline.text_pairs(*paths), vocabulary, FLAGS.max_length,
-                                   FLAGS.batch_tokens, shuffle_buffer=100_000, seed=1)
+  batches = pipeline.train_batches([(pipeline.text_pairs(*paths), 100_000)], vocabulary,
+                                   FLAGS.max_length, FLAGS.batch_tokens, seed=1)
   examples = tokens = 0
   start = time.perf_counter()
   for _, _, target_ids in batches:
