@@ -13,7 +13,6 @@ MAX_PAIRS pairs of the training data are read, which bounds its time and memory.
 """
 
 import dataclasses
-import functools
 import os
 from typing import Iterable, Iterator
 
@@ -158,7 +157,7 @@ def training_pairs(config, vocabulary) -> tf.data.Dataset:
   pairs = [pipeline.text_pairs(*(corpora.find_corpus_file(config.data_dir, prefix, lang)
                                  for lang in (config.src_lang, config.tgt_lang)))
            for prefix in config.train_prefixes]
-  return functools.reduce(lambda first, second: first.concatenate(second), pairs)
+  return pipeline.concatenated(pairs)
 
 
 def token_blocks(pairs: tf.data.Dataset, vocabulary,

@@ -1,7 +1,5 @@
 """A translation task's data: validated corpora, its subword vocabulary and its pipelines."""
 
-import functools
-
 from absl import logging
 
 from data_pipeline import corpora, pipeline, tokenizer
@@ -90,7 +88,7 @@ class ParallelData:
   def train_pairs(self):
     """tf.data of the training (source, target) strings, every corpus once, in order."""
     pairs = [self._corpus_pairs(corpus) for corpus in self.train_corpora]
-    return functools.reduce(lambda first, second: first.concatenate(second), pairs)
+    return pipeline.concatenated(pairs)
 
   def train_batches(self, seed: int, num_shards: int = 1, shard: int = 0):
     """Endless training batches of this worker's shard (every num_shards-th pair of each
@@ -105,7 +103,7 @@ class ParallelData:
       # writes each of its empty slots (26 MB and a second per save for the default 100,000)
       streams.append((pairs, min(c.shuffle_buffer, corpus[2].num_lines)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
-                                  self.train_weights)
+                                  self.train_weights, c.subword_alpha, c.subword_nbest_size)
 
   def dev_batches(self):
     """One pass over the dev set in bucketed batches (for the dev loss), or None."""

@@ -1,5 +1,7 @@
 """tf.data pipelines: corpus lines -> subword ids -> bucketed batches for training and eval."""
 
+import functools
+
 import tensorflow as tf
 
 from data_pipeline import bucketing
@@ -31,6 +33,12 @@ def text_pairs(source_path: str, target_path: str, skip_lines=()) -> tf.data.Dat
     dataset = dataset.enumerate().filter(
         lambda i, pair: tf.reduce_all(tf.not_equal(skip, i))).map(lambda i, pair: pair)
   return drop_empty_pairs(dataset)
+
+
+def concatenated(datasets: list[tf.data.Dataset]) -> tf.data.Dataset:
+  """The elements of `datasets` (at least one, of one element spec), one dataset after the
+  other."""
+  return functools.reduce(lambda first, second: first.concatenate(second), datasets)
 
 
 def drop_empty_pairs(pairs: tf.data.Dataset) -> tf.data.Dataset:
@@ -101,8 +109,8 @@ def add_decoder_inputs(source_ids, target_ids):
 
 
 def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabulary,
-                  max_length: int, batch_tokens: int, seed: int,
-                  weights=None) -> tf.data.Dataset:
+                  max_length: int, batch_tokens: int, seed: int, weights=None,
+                  subword_alpha: float = 0.0, subword_nbest_size: int = -1) -> tf.data.Dataset:
   """Endless shuffled, bucketed training batches of one or more corpora.
 
   Args:
@@ -111,6 +119,8 @@ def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabu
     seed: the shuffles' and the mixture's seed.
     weights: with several corpora, each one's share of the pairs drawn (normalised; drawn
       before pairs over max_length are dropped), as tf.data's sample_from_datasets draws.
+    subword_alpha, subword_nbest_size: > 0, each pair is segmented anew each time it is read
+      (Vocabulary.sampling); 0, by the one best segmentation.
 
   Returns:
     Dataset of (source_ids, target_input_ids, target_ids), each int32 [batch, L].
@@ -119,6 +129,8 @@ def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabu
              for index, (pairs, buffer) in enumerate(corpora)]
   mixed = streams[0] if len(streams) == 1 else tf.data.Dataset.sample_from_datasets(
       streams, weights=[float(weight) for weight in weights], seed=seed)
+  if subword_alpha > 0:
+    vocabulary = vocabulary.sampling(subword_alpha, subword_nbest_size)
   return (mixed
           .apply(tokenize_pairs(vocabulary, max_length))
           .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens))

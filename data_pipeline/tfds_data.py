@@ -7,7 +7,6 @@ splits, several drawn from by --train_weights), "validation" (dev loss, BLEU and
 checkpoint) and "test" (scored after training), each used when the dataset has it.
 """
 
-import functools
 import itertools
 
 import tensorflow as tf
@@ -107,8 +106,7 @@ class TfdsData:
   def train_pairs(self):
     """tf.data of the training (source, target) strings, every training split once, in
     order."""
-    pairs = [self._pairs(split) for split in self.train_splits]
-    return functools.reduce(lambda first, second: first.concatenate(second), pairs)
+    return self._pairs("+".join(self.train_splits))  # TFDS's split algebra
 
   def train_batches(self, seed: int, num_shards: int = 1, shard: int = 0):
     """Endless training batches of this worker's share of each training split's record
@@ -121,7 +119,7 @@ class TfdsData:
       # no larger than the split (see ParallelData.train_batches)
       streams.append((self._pairs(split, seed + index), min(c.shuffle_buffer, size)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
-                                  self.train_weights)
+                                  self.train_weights, c.subword_alpha, c.subword_nbest_size)
 
   def dev_batches(self):
     if DEV not in self.splits:

@@ -47,10 +47,16 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
       tf.io.gfile.copy(prefix + ".model", temporary, overwrite=True)
 
 
-def load_tokenizer(model_path: str) -> tf_text.SentencepieceTokenizer:
-  """The in-graph tokenizer of a SentencePiece model file (ids as int32)."""
+def load_tokenizer(model_path: str, alpha: float = 0.0,
+                   nbest_size: int = -1) -> tf_text.SentencepieceTokenizer:
+  """The in-graph tokenizer of a SentencePiece model file (ids as int32): the best
+  segmentation, or with `alpha` > 0 one sampled anew at each call (see Vocabulary.sampling)."""
   with tf.io.gfile.GFile(model_path, "rb") as f:
-    return tf_text.SentencepieceTokenizer(model=f.read(), out_type=tf.int32)
+    model = f.read()
+  if alpha > 0:
+    return tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, alpha=alpha,
+                                          nbest_size=nbest_size)
+  return tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +74,16 @@ class Vocabulary:
   @property
   def target_size(self) -> int:
     return int(self.target.vocab_size())
+
+  def sampling(self, alpha: float, nbest_size: int = -1) -> "Vocabulary":
+    """These subword models segmenting by sampling (subword regularization, Kudo 2018): each
+    call draws a segmentation among the `nbest_size` best (-1: all) with probabilities
+    P(segmentation)^alpha; a BPE model drops each merge with probability `alpha` instead.
+    SentencePiece draws with its own random generator, which TensorFlow does not seed."""
+    source = load_tokenizer(self.source_model_path, alpha, nbest_size)
+    target = source if self.target_model_path == self.source_model_path else load_tokenizer(
+        self.target_model_path, alpha, nbest_size)
+    return Vocabulary(self.source_model_path, self.target_model_path, source, target)
 
 
 def vocabulary_paths(model_dir: str, shared: bool, src_lang: str, tgt_lang: str):

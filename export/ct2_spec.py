@@ -13,6 +13,8 @@ The mapping, layer by layer (CTranslate2's linear weights are [out, in], ours [i
   the final norm of a pre-norm stack        -> encoder/decoder layer_norm
   target embeddings (tied)                  -> decoder.projection, whose bias hides PAD and BOS
                                                as `decoding.never_generated_bias` does
+  relative_keys, relative_values [2K+1, D]  -> self_attention.relative_position_keys, _values
+                                               (relative positions: no position_encodings)
 
 Source sentences get </s> appended (`add_source_eos`) and decoding starts from <s>, as here.
 """
@@ -44,6 +46,9 @@ def _self_attention(spec, attention, block):
   _linear(spec.linear[0], attention.qkv_kernel)  # [q | k | v], each split into heads alike
   _linear(spec.linear[1], attention.output_kernel)
   _norm(spec.layer_norm, block.norm)
+  if attention.max_relative_position:
+    spec.relative_position_keys = np.asarray(attention.relative_keys, np.float32)
+    spec.relative_position_values = np.asarray(attention.relative_values, np.float32)
 
 
 def _cross_attention(spec, attention, block):
@@ -73,20 +78,24 @@ def transformer_spec(model, source_pieces: list[str], target_pieces: list[str]):
 
   num_layers, num_heads = model.stack_args["num_layers"], model.stack_args["num_heads"]
   pre_norm = model.stack_args["norm_position"] == "pre"
+  relative = model.position_encoding == "relative"
   spec = ct2.TransformerSpec.from_config(num_layers, num_heads, pre_norm=pre_norm,
-                                         activation=common_spec.Activation.RELU)
+                                         activation=common_spec.Activation.RELU,
+                                         with_relative_position=relative)
   positions = np.asarray(positional_encoding(np.arange(MAX_POSITIONS), model.d_model))
 
   encoder, decoder = spec.encoder, spec.decoder
   encoder.embeddings[0].weight = np.asarray(model.source_embedding.embeddings, np.float32)
-  encoder.position_encodings.encodings = positions
+  if not relative:
+    encoder.position_encodings.encodings = positions
   for layer_spec, layer in zip(encoder.layer, model.encoder.stack):
     _self_attention(layer_spec.self_attention, layer.self_attention, layer.attention_block)
     _feed_forward(layer_spec.ffn, layer.ffn, layer.ffn_block)
 
   target_embeddings = np.asarray(model.target_embedding.embeddings, np.float32)
   decoder.embeddings.weight = target_embeddings
-  decoder.position_encodings.encodings = positions
+  if not relative:
+    decoder.position_encodings.encodings = positions
   for layer_spec, layer in zip(decoder.layer, model.decoder.stack):
     _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_block)
     _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_block)

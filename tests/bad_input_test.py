@@ -79,13 +79,21 @@ ROWS = {
                 "--max_length=1)"),
     **{f"--train_weights={weights}": train(
         "--train_prefix=train,train", f"--train_weights={weights}",
-        message="error: --train_weights must be a number >= 0 for each of the 2 --train_prefix "
+        message="error: --train_weights must be a finite number >= 0 for each of the 2 --train_prefix "
                 f"corpora, not all 0, got '{weights}'")
        for weights in ("1", "1,-1", "0,0", "1,x")},
     "a weighted corpus without a usable pair": train(
         "--train_prefix=train,extra", "--train_weights=1,1",
         prepare=chain(write("extra.src", b"\n\n"), write("extra.tgt", b"\n\n")),
         message="error: {d}/extra.src: no usable pair, but its --train_weights is 1"),
+    "--subword_alpha with one segmentation to sample from": train(
+        "--subword_alpha=0.1", "--subword_nbest_size=1",
+        message="error: DataConfig: subword_nbest_size=1 leaves one segmentation to sample from: "
+                "-1 (all) or >= 2 with subword_alpha > 0"),
+    "--subword_alpha with --deterministic": train(
+        "--subword_alpha=0.1", "--deterministic",
+        message="error: --deterministic cannot hold with --subword_alpha: SentencePiece samples "
+                "with its own random generator, which TensorFlow cannot seed"),
     # ------------------------------------------------------------------ flags and flagfiles
     "unknown flag": train(
         "--batch_tokes=100",

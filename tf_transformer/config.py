@@ -38,6 +38,7 @@ REAL_DOMAINS = {
     "learning_rate": (_finite_and(lambda value: value > 0.0), "a finite number > 0"),
     "clip_norm": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
     "alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0"),
+    "subword_alpha": (_finite_and(lambda value: 0.0 <= value <= 1.0), "in [0, 1] (0: off)"),
     "sampling_topp": (_finite_and(lambda value: 0.0 < value <= 1.0), "in (0, 1]"),
     "sampling_temperature": (_finite_and(lambda value: value >= 0.0),
                              "a finite number >= 0 (0: the most probable token)"),
@@ -46,9 +47,9 @@ REAL_DOMAINS = {
 # The integer fields' ranges: (lowest, highest or None).
 INTEGER_RANGES = {
     "max_length": (1, None), "vocab_size": (16, None), "spm_input_sentences": (1, None),
-    "batch_tokens": (1, None), "shuffle_buffer": (1, None),
+    "batch_tokens": (1, None), "shuffle_buffer": (1, None), "subword_nbest_size": (-1, None),
     "source_vocab_size": (1, None), "target_vocab_size": (1, None),
-    "num_layers": (1, None), "d_model": (1, None), "num_heads": (1, None), "d_ff": (1, None),
+    "num_layers": (1, None), "max_relative_position": (0, None), "d_model": (1, None), "num_heads": (1, None), "d_ff": (1, None),
     "train_steps": (1, None), "warmup_steps": (1, None), "eval_every": (1, None),
     "save_every": (1, None), "keep_checkpoints": (1, None), "eval_sentences": (0, None),
     "eval_batch_size": (1, None), "eval_beam_size": (1, None), "early_stopping": (0, None),
@@ -67,6 +68,7 @@ CHOICES = {
     "spm_model_type": ("unigram", "bpe"),
     "on_bad_line": ("error", "skip"),
     "norm_position": ("post", "pre"),  # layers.residual.NORM_POSITIONS
+    "position_encoding": ("sinusoidal", "relative"),
     "distribution": ("default", "mirrored", "multi_worker", "tpu"),
     "on_nonfinite": ("stop", "skip"),
     "mixed_precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
@@ -105,6 +107,17 @@ class _Checked:
     _check_domains(self)
 
 
+def train_weights_problem(weights: tuple, num_corpora: int,
+                          prefix_name: str = "train_prefix") -> str | None:
+  """What is wrong with train_weights `weights` for `num_corpora` training corpora (named by
+  `prefix_name` in the message), or None: () or one finite number >= 0 each, not all 0."""
+  if not weights or (len(weights) == num_corpora and all(
+      isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0
+      for weight in weights) and sum(weights) > 0):
+    return None
+  return f"a finite number >= 0 for each of the {num_corpora} {prefix_name} corpora, not all 0"
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig(_Checked):
   """Where the corpora are and how they become batches.
@@ -113,6 +126,10 @@ class DataConfig(_Checked):
   TFDS dataset's splits). train_weights: with several, each corpus's share of the pairs drawn
   for training (any scale; each corpus repeats on its own, so a small one weighted up is
   seen again and again); () draws in proportion to the corpora's pairs, as if concatenated.
+  subword_alpha > 0: subword regularization (Kudo 2018), each training sentence segmented anew
+  each time it is read, sampled by SentencePiece from its subword_nbest_size best segmentations
+  (-1: from all of them) with probabilities sharpened by subword_alpha (a BPE model drops merges
+  with probability subword_alpha instead); dev, test and translation stay deterministic.
   """
   data_dir: str | None = None
   dataset: str = ""
@@ -131,20 +148,22 @@ class DataConfig(_Checked):
   on_bad_line: str = "error"
   batch_tokens: int = 4096
   shuffle_buffer: int = 100_000
+  subword_alpha: float = 0.0
+  subword_nbest_size: int = -1
 
   def __post_init__(self):
     super().__post_init__()
+    if self.subword_alpha > 0 and self.subword_nbest_size in (0, 1):
+      raise ConfigError(f"DataConfig: subword_nbest_size={self.subword_nbest_size} leaves one "
+                        "segmentation to sample from: -1 (all) or >= 2 with subword_alpha > 0")
     prefixes = self.train_prefix.split(",")
     if not all(prefix.strip() for prefix in prefixes):
       raise ConfigError(f"DataConfig: train_prefix={self.train_prefix!r} must be one or more "
                         "comma-separated corpus names, none empty")
-    weights = self.train_weights
-    if weights and (len(weights) != len(prefixes) or not all(
-        isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0
-        for weight in weights) or not sum(weights) > 0):
-      raise ConfigError(f"DataConfig: train_weights={list(weights)} must be one finite number "
-                        f">= 0 for each of the {len(prefixes)} train_prefix corpora "
-                        f"({self.train_prefix}), not all 0")
+    problem = train_weights_problem(self.train_weights, len(prefixes))
+    if problem:
+      raise ConfigError(f"DataConfig: train_weights={list(self.train_weights)} must be "
+                        f"{problem} ({self.train_prefix})")
 
   @property
   def train_prefixes(self) -> tuple[str, ...]:
@@ -167,12 +186,18 @@ class ModelConfig(_Checked):
   relu_dropout_rate: float = 0.1
   norm_position: str = "post"
   skip_padding: bool = True
+  position_encoding: str = "sinusoidal"
+  max_relative_position: int = 0
 
   def __post_init__(self):
     super().__post_init__()
     if self.d_model % self.num_heads or self.d_model % 2:
       raise ConfigError(f"ModelConfig: d_model={self.d_model} must be even and divisible by "
                         f"num_heads={self.num_heads}")
+    if (self.position_encoding == "relative") != (self.max_relative_position > 0):
+      raise ConfigError(f"ModelConfig: max_relative_position={self.max_relative_position} "
+                        "must be >= 1 with position_encoding=relative and 0 with sinusoidal, "
+                        f"not with {self.position_encoding}")
 
 
 @dataclasses.dataclass(frozen=True)

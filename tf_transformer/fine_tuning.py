@@ -20,7 +20,8 @@ from tf_transformer.config import FlagError, ModelConfig
 
 INIT_FILE = "init.json"
 # the ModelConfig fields that shape the weights; the dropout rates and skip_padding may change
-ARCHITECTURE = ("num_layers", "d_model", "num_heads", "d_ff", "norm_position", "shared_vocab")
+ARCHITECTURE = ("num_layers", "d_model", "num_heads", "d_ff", "norm_position", "shared_vocab",
+                "position_encoding", "max_relative_position")
 # the data flags that made OLD's subword models
 VOCABULARY = ("vocab_size", "spm_model_type", "shared_vocab")
 

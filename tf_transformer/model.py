@@ -27,13 +27,19 @@ class Transformer(keras.Model):
 
   With `skip_padding` the layers compute the real tokens only (see TokenLayout); without it
   they compute every padded position too, which keeps shapes static (XLA, TPUs).
+
+  position_encoding: "sinusoidal" (section 3.5, added to the embeddings) or "relative"
+  (Shaw et al., 2018: every self-attention layer learns representations of the distances
+  clipped to `max_relative_position`, and the embeddings carry no position).
   """
 
   def __init__(self, source_vocab_size: int, target_vocab_size: int,
                shared_vocab: bool = True, num_layers: int = 6, d_model: int = 512,
                num_heads: int = 8, d_ff: int = 2048, dropout_rate: float = 0.1,
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
-               norm_position: str = "post", skip_padding: bool = True, **kwargs):
+               norm_position: str = "post", skip_padding: bool = True,
+               position_encoding: str = "sinusoidal", max_relative_position: int = 0,
+               **kwargs):
     super().__init__(**kwargs)
     if shared_vocab and source_vocab_size != target_vocab_size:
       raise ValueError("shared_vocab needs one vocabulary: source_vocab_size "
@@ -43,11 +49,13 @@ class Transformer(keras.Model):
     self.shared_vocab = shared_vocab
     self.d_model = d_model
     self.skip_padding = skip_padding
+    self.position_encoding = position_encoding
     # the encoder's and decoder's arguments (see layers.stack)
     self.stack_args = dict(num_layers=num_layers, num_heads=num_heads, d_ff=d_ff,
                            dropout_rate=dropout_rate,
                            attention_dropout_rate=attention_dropout_rate,
-                           relu_dropout_rate=relu_dropout_rate, norm_position=norm_position)
+                           relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,
+                           max_relative_position=max_relative_position)
 
     policy = self.dtype_policy
     self.target_embedding = SharedEmbedding(target_vocab_size, d_model,
@@ -73,8 +81,12 @@ class Transformer(keras.Model):
   def _embed(self, embedding, ids, training):
     """ids int32 [B, L] -> their TokenLayout and its embedded rows [R, d_model]."""
     layout = TokenLayout.of_ids(ids, PAD_ID, self.skip_padding)
-    x = embedding.embed(layout.rows_of(ids), layout.positions)
+    x = embedding.embed(layout.rows_of(ids), self._absolute(layout.positions))
     return layout, self.embedding_dropout(x, training=training)
+
+  def _absolute(self, positions):
+    """`positions` for the embeddings to encode, or None with relative positions."""
+    return positions if self.position_encoding == "sinusoidal" else None
 
   def encode_rows(self, source_ids, training=None):
     """Encodes a source batch into token rows.
@@ -192,7 +204,7 @@ class Transformer(keras.Model):
     buffer = cache["self"][0]["key"]
     self_bias = attention_bias.cached_step_bias(buffer.shape[2] or tf.shape(buffer)[2],
                                                 step)
-    x = self.target_embedding.embed(ids, step)
+    x = self.target_embedding.embed(ids, self._absolute(step))
     layout = TokenLayout.dense(tf.shape(ids)[0], 1)
     x, layers = self.decoder(x, None, self_bias, cross_attention_bias, layout=layout,
                              cache={"self": cache["self"], "cross": cache["cross"]},
@@ -204,7 +216,8 @@ class Transformer(keras.Model):
     config = super().get_config()
     config.update(source_vocab_size=self.source_vocab_size,
                   target_vocab_size=self.target_vocab_size, shared_vocab=self.shared_vocab,
-                  d_model=self.d_model, skip_padding=self.skip_padding, **self.stack_args)
+                  d_model=self.d_model, skip_padding=self.skip_padding,
+                  position_encoding=self.position_encoding, **self.stack_args)
     return config
 
 

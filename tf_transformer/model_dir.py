@@ -59,8 +59,13 @@ def ensure_directory(model_dir: str):
 _RENAMED_CONFIG_KEYS = {"padding_aware_ffn": "skip_padding"}
 
 
+# config.json keys added since, with the value every model recorded before had
+_ADDED_CONFIG_KEYS = {"position_encoding": "sinusoidal", "max_relative_position": 0}
+
+
 def _upgraded_config(recorded: dict) -> dict:
-  return {_RENAMED_CONFIG_KEYS.get(key, key): value for key, value in recorded.items()}
+  renamed = {_RENAMED_CONFIG_KEYS.get(key, key): value for key, value in recorded.items()}
+  return {**_ADDED_CONFIG_KEYS, **renamed}
 
 
 def check_config(model_dir: str, model_config: ModelConfig):

@@ -49,14 +49,14 @@ def _train(corpus_dir, model_dir, *flags):
   assert result.returncode == 0, result.stderr[-3000:]
 
 
-@pytest.fixture(scope="module", params=[("post", "--shared_vocab"),
-                                        ("pre", "--noshared_vocab")], ids=["post-shared",
-                                                                           "pre-separate"])
+@pytest.fixture(scope="module", params=[
+    ("--norm_position=post", "--shared_vocab"), ("--norm_position=pre", "--noshared_vocab"),
+    ("--norm_position=pre", "--position_encoding=relative", "--max_relative_position=4")],
+                ids=["post-shared", "pre-separate", "relative"])
 def exported(request, corpus, tmp_path_factory):
-  norm_position, vocab_flag = request.param
   corpus_dir, sources = corpus
-  folder = tmp_path_factory.mktemp(f"model_{norm_position}")
-  _train(corpus_dir, folder / "model", f"--norm_position={norm_position}", vocab_flag)
+  folder = tmp_path_factory.mktemp("model")
+  _train(corpus_dir, folder / "model", *request.param)
   _export(folder / "model", folder / "ct2", "--src_lang=en", "--tgt_lang=de")
   return folder, sources
 

@@ -154,6 +154,12 @@ def test_real_valued_flags_are_refused_outside_their_domain_when_parsed(name, ba
     (config.ModelConfig, {"d_model": 30, "num_heads": 4},
      "d_model=30 must be even and divisible by num_heads=4"),
     (config.ModelConfig, {"norm_position": "middle"}, "norm_position='middle' must be one of"),
+    (config.ModelConfig, {"position_encoding": "relative"},
+     "max_relative_position=0 must be >= 1 with position_encoding=relative and 0 with "
+     "sinusoidal, not with relative"),
+    (config.ModelConfig, {"max_relative_position": 16},
+     "max_relative_position=16 must be >= 1 with position_encoding=relative"),
+    (config.ModelConfig, {"position_encoding": "rotary"}, "position_encoding='rotary' must be"),
     (config.TrainConfig, {"seed": -1}, "seed=-1 must be an integer >= 0 and <= 4294967295"),
     (config.TrainConfig, {"learning_rate": float("nan")}, "learning_rate=nan must be a finite"),
     (config.TrainConfig, {"warmup_steps": 1.5}, "warmup_steps=1.5 must be an integer >= 1"),

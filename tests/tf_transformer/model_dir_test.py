@@ -23,7 +23,9 @@ def _changed(value):
   return {"post": "pre", "en": "fr", "de": "vi", "unigram": "bpe"}[value]
 
 
-@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ModelConfig)])
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ModelConfig)
+                                   if f.name not in ("position_encoding",
+                                                     "max_relative_position")])
 def test_rerun_with_another_architecture_is_refused(tmp_path, field):
   model_dir_lib.check_config(str(tmp_path), MODEL)
   model_dir_lib.check_config(str(tmp_path), MODEL)  # the same flags: accepted
@@ -35,6 +37,19 @@ def test_rerun_with_another_architecture_is_refused(tmp_path, field):
       f"{tmp_path}/config.json: this model was created with {field}={old!r}; the flags now "
       f"give {field}={getattr(new, field)!r} (the architecture); use the same flags or "
       "another --model_dir")
+
+
+def test_rerun_with_relative_positions_is_refused(tmp_path):
+  """The two position fields change together (each alone is not a ModelConfig)."""
+  model_dir_lib.check_config(str(tmp_path), MODEL)
+  relative = dataclasses.replace(MODEL, position_encoding="relative", max_relative_position=16)
+  with pytest.raises(model_dir_lib.ModelDirError) as error:
+    model_dir_lib.check_config(str(tmp_path), relative)
+  assert str(error.value) == (
+      f"{tmp_path}/config.json: this model was created with max_relative_position=0, "
+      "position_encoding='sinusoidal'; the flags now give max_relative_position=16, "
+      "position_encoding='relative' (the architecture); use the same flags or another "
+      "--model_dir")
 
 
 @pytest.mark.parametrize("field", ["src_lang", "tgt_lang", "vocab_size", "spm_model_type",
@@ -62,9 +77,11 @@ def test_every_differing_field_is_named(tmp_path):
 
 
 def test_a_config_of_an_earlier_release_still_loads_and_resumes(tmp_path):
-  """config.json written when --skip_padding was --padding_aware_ffn."""
+  """config.json written when --skip_padding was --padding_aware_ffn, before
+--position_encoding and --max_relative_position."""
   old = {("padding_aware_ffn" if key == "skip_padding" else key): value
-         for key, value in dataclasses.asdict(MODEL).items()}
+         for key, value in dataclasses.asdict(MODEL).items()
+         if key not in ("position_encoding", "max_relative_position")}
   (tmp_path / "config.json").write_text(json.dumps(old))
   assert model_dir_lib.read_config(str(tmp_path)) == MODEL
   model_dir_lib.check_config(str(tmp_path), MODEL)  # a rerun with the same flags goes on

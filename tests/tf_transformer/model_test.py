@@ -22,8 +22,14 @@ def _model(norm_position="post", seed=0, **overrides):
   return Transformer(**kwargs)
 
 
-@pytest.fixture(scope="module", params=["post", "pre"])
+# relative positions of distances up to 2, shorter than the test sequences: the clipping counts
+RELATIVE = dict(position_encoding="relative", max_relative_position=2)
+
+
+@pytest.fixture(scope="module", params=["post", "pre", "relative"])
 def model(request):
+  if request.param == "relative":
+    return _model("pre", **RELATIVE)
   return _model(request.param)
 
 
@@ -237,6 +243,16 @@ def test_config_round_trip(norm_position):
   np.testing.assert_array_equal(_logits(clone, source, target), _logits(model, source, target))
 
 
+def test_relative_config_round_trip():
+  model = _model(seed=4, **RELATIVE)
+  clone = Transformer.from_config(model.get_config())
+  assert [tuple(w.shape) for w in clone.weights] == [tuple(w.shape) for w in model.weights]
+  clone.set_weights(model.get_weights())
+  rng, source, target = _batch(8, 5, 4, 1, 3)
+  np.testing.assert_array_equal(_logits(clone, source, target), _logits(model, source, target))
+  assert len(model.weights) == len(_model(seed=4).weights) + 2 * 2 * CONFIG["num_layers"]
+
+
 def test_cross_attention_weights_match_a_float64_reference():
   """One post-norm layer, one head: embed, causal self-attention, residual + layer norm, then
   the cross-attention softmax, all in numpy float64 from the model's weights."""
@@ -267,3 +283,20 @@ def test_cross_attention_weights_match_a_float64_reference():
   expected = testutil.softmax(np.where(source[0] == 0, -1e9, query @ keys.T / d**0.5))
   real = target_input[0] != 0  # the rows of padded positions are filler
   np.testing.assert_allclose(weights[0][real], expected[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("position_encoding", ["relative", "sinusoidal"])
+def test_relative_positions_see_no_absolute_position(position_encoding):
+  """A source shifted right behind padding (every absolute position + 3) encodes to the same
+  states with relative positions; sinusoidal ones see the shift."""
+  model = _model(**(RELATIVE if position_encoding == "relative" else {}))
+  rng = np.random.default_rng(7)
+  source = _ids(rng, (1, 5))
+  shifted = np.concatenate([np.zeros((1, 3), np.int32), source], axis=1)
+  memory, _ = model.encode(tf.constant(source), training=False)
+  memory_shifted, _ = model.encode(tf.constant(shifted), training=False)
+  difference = np.abs(memory.numpy()[0] - memory_shifted.numpy()[0, 3:]).max()
+  if position_encoding == "relative":
+    assert difference < 1e-5
+  else:
+    assert difference > 1e-2

@@ -62,6 +62,12 @@ _enum("on_bad_line", "error",
       "A line that is not UTF-8: stop with its file:line, or skip the pair.")
 _integer("batch_tokens", 4096, "Tokens per batch (per side, counting padding).")
 _integer("shuffle_buffer", 100_000, "Examples in the shuffle buffer.")
+flags.DEFINE_float("subword_alpha", 0.0,
+                   "Subword regularization: > 0 samples a segmentation of each training "
+                   "sentence each time it is read (SentencePiece's smoothing alpha, e.g. 0.1; "
+                   "for a BPE model, the merge dropout). 0: the one best, as dev and test.")
+_integer("subword_nbest_size", -1,
+         "With --subword_alpha: sample among this many best segmentations (-1: all).")
 
 # ---------------------------------------------------------------- model
 _integer("num_layers", 6, "Encoder and decoder layers (each).")
@@ -73,6 +79,13 @@ flags.DEFINE_float("attention_dropout_rate", 0.1, "Dropout on attention weights.
 flags.DEFINE_float("relu_dropout_rate", 0.1, "Dropout after the feed-forward ReLU.")
 _enum("norm_position", "post",  # layers.residual.NORM_POSITIONS
       "post: the paper's LayerNorm(x + F(x)); pre: x + F(LayerNorm(x)).")
+_enum("position_encoding", "sinusoidal",
+      "sinusoidal: the paper's absolute positions added to the embeddings; relative: Shaw et "
+      "al. (2018), self-attention over key-query distances clipped to "
+      "--max_relative_position, and no absolute position.")
+_integer("max_relative_position", 0,
+         "With --position_encoding=relative: the largest distance told apart (e.g. 16 or 20); "
+         "farther keys share its representation.")
 flags.DEFINE_bool("skip_padding", True,
                   "Run the layers on the real tokens only (padding stays out of every matmul, "
                   "norm and dropout except attention's core); off, every padded position is "
@@ -210,11 +223,9 @@ def data_config_from_flags() -> config.DataConfig:
     weights = tuple(float(weight) for weight in FLAGS.train_weights)
   except ValueError:
     weights = (math.nan,)
-  prefixes = FLAGS.train_prefix.split(",")
-  _require(not weights or (len(weights) == len(prefixes) and sum(weights) > 0 and all(
-      math.isfinite(weight) and weight >= 0 for weight in weights)),
-           f"--train_weights must be a number >= 0 for each of the {len(prefixes)} "
-           f"--train_prefix corpora, not all 0, got {','.join(FLAGS.train_weights)!r}")
+  problem = config.train_weights_problem(weights, len(FLAGS.train_prefix.split(",")),
+                                         prefix_name="--train_prefix")
+  _require(not problem, f"--train_weights must be {problem}, got {','.join(FLAGS.train_weights)!r}")
   return _from_flags(config.DataConfig, train_weights=weights)
 
 
@@ -232,6 +243,9 @@ def train_config_from_flags() -> config.TrainConfig:
   _require(not (static_shapes and FLAGS.skip_padding),
            "--jit_compile and --distribution=tpu need --noskip_padding (the rows of the real "
            "tokens have a data-dependent shape that XLA cannot compile)")
+  _require(not (FLAGS.deterministic and FLAGS.subword_alpha > 0),
+           "--deterministic cannot hold with --subword_alpha: SentencePiece samples with its own "
+           "random generator, which TensorFlow cannot seed")
   return _from_flags(config.TrainConfig, profile_steps=_profile_steps(FLAGS.profile_steps))
 
 

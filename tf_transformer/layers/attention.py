@@ -16,15 +16,23 @@ class MultiHeadAttention(keras.layers.Layer):
   matmul; cross-attention projects the query alone and keys/values from `memory` with one
   [d_model, 2 * d_model] matmul. Projections have no bias, as in the reference implementation.
 
+  With `max_relative_position` K > 0 (self-attention only), relative position representations
+  (Shaw et al., 2018): two learned tables [2K + 1, D], shared by the heads, of the key-minus-query
+  distances clipped to [-K, K], added to the keys in the dot products and to the values in the
+  weighted sum. The layer then sees no absolute position.
+
   Sizes: B batch, T query length, S key length, H heads, D = d_model / H.
   """
 
   def __init__(self, num_heads: int, dropout_rate: float = 0.0, self_attention: bool = True,
-               **kwargs):
+               max_relative_position: int = 0, **kwargs):
     super().__init__(**kwargs)
+    if max_relative_position and not self_attention:
+      raise ValueError("relative positions are for self-attention only")
     self.num_heads = num_heads
     self.dropout_rate = dropout_rate
     self.self_attention = self_attention
+    self.max_relative_position = max_relative_position
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
     # {weight name: precisions.Kernel}: the products' weights (precisions.convert replaces
     # them with reduced-precision copies for inference)
@@ -45,6 +53,11 @@ class MultiHeadAttention(keras.layers.Layer):
                                        initializer=init)
     self.output_kernel = self.add_weight(name="output_kernel", shape=(d_model, d_model),
                                          initializer=init)
+    if self.max_relative_position:
+      shape = (2 * self.max_relative_position + 1, d_model // self.num_heads)
+      self.relative_keys = self.add_weight(name="relative_keys", shape=shape, initializer=init)
+      self.relative_values = self.add_weight(name="relative_values", shape=shape,
+                                             initializer=init)
     self.kernels = {name: Float32Kernel(variable)
                     for name, variable in self.kernels_for_inference().items()}
 
@@ -100,17 +113,48 @@ class MultiHeadAttention(keras.layers.Layer):
                                TokenLayout.dense(shape[0], shape[1]), "kv_kernel", 2)
     return {"key": key, "value": value}
 
-  def _attend(self, query, key, value, bias, training):
+  def relative_embeddings(self, query_positions, key_positions):
+    """The relative position representations of each (query, key) pair, or None without
+    max_relative_position.
+
+    Args:
+      query_positions: int32 [T]; key_positions: int32 [S].
+
+    Returns:
+      (keys, values), each [T, S, D] in the compute dtype: the rows of the tables at
+      clip(key position - query position, -K, K) + K.
+    """
+    if not self.max_relative_position:
+      return None
+    limit = self.max_relative_position
+    distance = key_positions[tf.newaxis, :] - query_positions[:, tf.newaxis]  # -> [T, S]
+    rows = tf.clip_by_value(distance, -limit, limit) + limit
+    return tuple(tf.gather(tf.cast(table, self.compute_dtype), rows)
+                 for table in (self.relative_keys, self.relative_values))
+
+  def _relative(self, query, key_length, step=0):
+    """`relative_embeddings` for query [B, H, T, D] at positions step.. over keys 0..S-1."""
+    if not self.max_relative_position:
+      return None
+    return self.relative_embeddings(step + tf.range(tf.shape(query)[2]), tf.range(key_length))
+
+  def _attend(self, query, key, value, bias, training, relative=None):
     """query [B, H, T, D] (already scaled by D**-0.5), key/value [B, H, S, D], bias
-    broadcastable to [B, H, T, S].
+    broadcastable to [B, H, T, S]; relative: None or `relative_embeddings`' (keys, values)
+    [T, S, D], added to every head's keys and values.
 
     Returns the context [B, H, T, D] and the attention weights float32 [B, H, T, S].
     """
+    logits = tf.matmul(query, key, transpose_b=True)  # -> [B, H, T, S]
+    if relative is not None:
+      logits += tf.einsum("bhtd,tsd->bhts", query, relative[0])
     # softmax in float32: its exp/sum loses too much in float16/bfloat16
-    logits = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # -> [B, H, T, S]
-    weights = tf.nn.softmax(logits + tf.cast(bias, tf.float32))
+    weights = tf.nn.softmax(tf.cast(logits, tf.float32) + tf.cast(bias, tf.float32))
     dropped = self._dropout(tf.cast(weights, self.compute_dtype), training=training)
-    return tf.matmul(dropped, value), weights
+    context = tf.matmul(dropped, value)
+    if relative is not None:
+      context += tf.einsum("bhts,tsd->bhtd", dropped, relative[1])
+    return context, weights
 
   def _output(self, context, layout):
     """context [B, H, T, D] -> rows [R, d_model] of `layout`, the heads concatenated and
@@ -153,12 +197,13 @@ class MultiHeadAttention(keras.layers.Layer):
     """
     if cache is None:
       query, key, value = self._queries_keys_values(query, layout, memory, memory_layout)
-      context, _ = self._attend(query, key, value, bias, training)
+      context, _ = self._attend(query, key, value, bias, training,
+                                self._relative(query, tf.shape(key)[2]))
     elif self.self_attention:
       query, key, value = self._project(query, layout, "qkv_kernel", 3)
       cache = self._write_cache(cache, key, value, step)
       context, _ = self._attend(self._scaled_query(query), cache["key"], cache["value"], bias,
-                                training)
+                                training, self._relative(query, tf.shape(cache["key"])[2], step))
     else:
       query = self._scaled_query(self._project(query, layout, "q_kernel", 1)[0])
       context = self._attend_shared(query, cache["key"], cache["value"], bias, training)
@@ -173,7 +218,8 @@ class MultiHeadAttention(keras.layers.Layer):
       float32 [B, H, T, S]; each row sums to 1 over the keys the bias leaves visible.
     """
     query, key, value = self._queries_keys_values(query, layout, memory, memory_layout)
-    return self._attend(query, key, value, bias, training=False)[1]
+    return self._attend(query, key, value, bias, False,
+                        self._relative(query, tf.shape(key)[2]))[1]
 
   def _attend_shared(self, query, key, value, bias, training):
     """`_attend`'s context for query [B * K, H, T, D] over key/value [B, H, S, D], bias
@@ -215,5 +261,6 @@ class MultiHeadAttention(keras.layers.Layer):
   def get_config(self):
     config = super().get_config()
     config.update(num_heads=self.num_heads, dropout_rate=self.dropout_rate,
-                  self_attention=self.self_attention)
+                  self_attention=self.self_attention,
+                  max_relative_position=self.max_relative_position)
     return config

@@ -72,10 +72,12 @@ class SharedEmbedding(keras.layers.Layer):
     return self.embed(ids, tf.range(tf.shape(ids)[1]))
 
   def embed(self, ids, positions):
-    """Embeds `ids` int [...] at `positions` (broadcastable to ids) -> [..., d_model]."""
+    """Embeds `ids` int [...] at `positions` (broadcastable to ids; None: no positional
+    encoding, for a model of relative positions) -> [..., d_model]."""
     x = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
     x = x * tf.cast(self.d_model**0.5, self.compute_dtype)
-    x += positional_encoding(positions, self.d_model, self.compute_dtype)
+    if positions is not None:
+      x += positional_encoding(positions, self.d_model, self.compute_dtype)
     not_pad = tf.cast(tf.not_equal(ids, PAD_ID), self.compute_dtype)
     return x * not_pad[..., tf.newaxis]
 

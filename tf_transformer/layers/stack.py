@@ -7,7 +7,7 @@ from tf_transformer.layers.feed_forward import FeedForward
 from tf_transformer.layers.residual import FinalNorm, ResidualNorm
 
 _LAYER_ARGS = ("num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
-               "relu_dropout_rate", "norm_position")
+               "relu_dropout_rate", "norm_position", "max_relative_position")
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -20,11 +20,13 @@ class TransformerLayer(keras.layers.Layer):
     attention_dropout_rate: dropout on attention weights.
     relu_dropout_rate: dropout after the feed-forward ReLU.
     norm_position: "post" (the paper) or "pre".
+    max_relative_position: K > 0: self-attention with relative position representations of
+      distances clipped to [-K, K] (see MultiHeadAttention); 0: none.
   """
 
   def __init__(self, num_heads: int, d_ff: int, dropout_rate: float = 0.1,
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
-               norm_position: str = "post", **kwargs):
+               norm_position: str = "post", max_relative_position: int = 0, **kwargs):
     super().__init__(**kwargs)
     self.num_heads = num_heads
     self.d_ff = d_ff
@@ -32,9 +34,11 @@ class TransformerLayer(keras.layers.Layer):
     self.attention_dropout_rate = attention_dropout_rate
     self.relu_dropout_rate = relu_dropout_rate
     self.norm_position = norm_position
+    self.max_relative_position = max_relative_position
 
   def _attention(self, name: str, self_attention: bool) -> MultiHeadAttention:
     return MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self_attention,
+                              self.max_relative_position if self_attention else 0,
                               name=name, dtype=self.dtype_policy)
 
   def _residual(self, name: str) -> ResidualNorm:

@@ -215,3 +215,89 @@ def test_attention_config_round_trip():
                                 _attend(layer, x, bias, training=False)[0])
   cross = MultiHeadAttention.from_config(_cross_layer(2).get_config())
   assert cross.self_attention is False and cross.num_heads == 2
+
+
+# ---------------------------------------------------------------- relative positions
+
+
+def _relative_layer(num_heads, max_relative_position, seed=0):
+  keras.utils.set_random_seed(seed)
+  layer = MultiHeadAttention(num_heads, 0.0, self_attention=True,
+                             max_relative_position=max_relative_position)
+  layer.build((None, None, D_MODEL))
+  return layer
+
+
+def _relative_reference(x, layer, bias, num_heads, limit):
+  """Shaw et al. (2018) equations 3-5 written out in float64, pair by pair: logits
+  e_ij = q_i . (k_j + a^K_ij) / sqrt(D), outputs z_i = sum_j w_ij (v_j + a^V_ij), with
+  a_ij the table row of clip(j - i, -K, K)."""
+  q_w, k_w, v_w, o_w = _self_weights(layer)
+  table_k = layer.relative_keys.numpy().astype(np.float64)
+  table_v = layer.relative_values.numpy().astype(np.float64)
+  q, k, v = (_split_heads(x @ w, num_heads) for w in (q_w, k_w, v_w))
+  batch, heads, length, depth = q.shape
+  logits = np.zeros((batch, heads, length, length))
+  for i in range(length):
+    for j in range(length):
+      a_k = table_k[min(max(j - i, -limit), limit) + limit]
+      logits[:, :, i, j] = np.einsum("bhd,bhd->bh", q[:, :, i], k[:, :, j] + a_k) / depth**0.5
+  weights = testutil.softmax(logits + bias)
+  context = np.zeros_like(q)
+  for i in range(length):
+    for j in range(length):
+      a_v = table_v[min(max(j - i, -limit), limit) + limit]
+      context[:, :, i] += weights[:, :, i, j, None] * (v[:, :, j] + a_v)
+  return context.transpose(0, 2, 1, 3).reshape(batch, length, -1) @ o_w
+
+
+@pytest.mark.parametrize("real_rows_only", [False, True])
+def test_relative_self_attention_matches_a_hand_computed_reference(real_rows_only):
+  """Distances clipped at 2 over 6 positions, padding and the causal mask in the bias."""
+  num_heads, limit = 2, 2
+  layer = _relative_layer(num_heads, limit, seed=5)
+  x = np.random.default_rng(5).normal(size=(2, 6, D_MODEL)).astype(np.float32)
+  ids = tf.constant([[3, 4, 5, 6, 7, 8], [8, 9, 10, 11, 0, 0]], tf.int32)
+  real = ids.numpy() != 0
+  bias = attention_bias.padding_bias(ids) + attention_bias.causal_bias(6)
+  out, _ = _attend(layer, x, bias, real if real_rows_only else None, training=False)
+  ref = _relative_reference(x.astype(np.float64), layer, bias.numpy().astype(np.float64),
+                            num_heads, limit)
+  np.testing.assert_allclose(out[real], ref[real], atol=1e-5)
+  rows, layout = _rows(x)
+  weights = layer.attention_weights(rows, bias, layout).numpy()  # [B, H, T, S]
+  np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+  assert (weights[1, :, :, 4:] < 1e-6).all() and (np.triu(weights[0], 1) < 1e-6).all()
+
+
+def test_relative_cached_steps_equal_the_full_pass():
+  layer = _relative_layer(2, 2, seed=8)
+  x = np.random.default_rng(8).normal(size=(1, 5, D_MODEL)).astype(np.float32)
+  full, _ = _attend(layer, x, attention_bias.causal_bias(5), training=False)
+  buffer = 7
+  zeros = tf.zeros([1, 2, buffer, D_MODEL // 2])
+  cache = {"key": zeros, "value": zeros}
+  neg = attention_bias.large_negative(tf.float32)
+  for i in range(5):
+    step_bias = np.where(np.arange(buffer) > i, neg, 0.0).astype(np.float32)
+    out, cache = _attend(layer, x[:, i:i + 1], tf.constant(step_bias[None, None, None]),
+                         cache=cache, step=tf.constant(i), training=False)
+    np.testing.assert_allclose(out[0, 0], full[0, i], atol=1e-5)
+
+
+def test_relative_embeddings_depend_on_the_distance_only():
+  layer = _relative_layer(2, 3)
+  positions = tf.range(6)
+  near = [t.numpy() for t in layer.relative_embeddings(positions, positions)]
+  far = [t.numpy() for t in layer.relative_embeddings(positions + 100, positions + 100)]
+  for a, b in zip(near, far):
+    np.testing.assert_array_equal(a, b)
+  keys = layer.relative_keys.numpy()
+  np.testing.assert_array_equal(near[0][0, 5], keys[6])  # distance 5 clipped to 3: row K + 3
+  np.testing.assert_array_equal(near[0][5, 0], keys[0])  # -5 clipped to -3: row 0
+  np.testing.assert_array_equal(near[0][2, 3], keys[4])  # distance 1: row K + 1
+
+
+def test_relative_positions_are_for_self_attention_only():
+  with pytest.raises(ValueError, match="self-attention only"):
+    MultiHeadAttention(2, 0.0, self_attention=False, max_relative_position=2)
