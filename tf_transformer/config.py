@@ -37,6 +37,7 @@ REAL_DOMAINS = {
     "ema_decay": (_in_unit_interval, "in [0, 1) (0: no moving average)"),
     "learning_rate": (_finite_and(lambda value: value > 0.0), "a finite number > 0"),
     "clip_norm": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
+    "train_minutes": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
     "alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0"),
     "subword_alpha": (_finite_and(lambda value: 0.0 <= value <= 1.0), "in [0, 1] (0: off)"),
     "sampling_topp": (_finite_and(lambda value: 0.0 < value <= 1.0), "in (0, 1]"),
@@ -205,6 +206,7 @@ class TrainConfig(_Checked):
   """The optimisation loop, evaluation and checkpointing."""
   model_dir: str
   train_steps: int = 100_000
+  train_minutes: float = 0.0
   warmup_steps: int = 4000
   learning_rate: float = 1.0
   label_smoothing: float = 0.1

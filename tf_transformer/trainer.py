@@ -87,6 +87,10 @@ class Trainer:
     is_chief: whether this worker writes results.json.
     compiled_shapes: (rows, length) of the batches the step has seen.
     nonfinite_steps: steps skipped in this process for a NaN/Inf loss or gradient.
+    clock: float64 variable, the seconds the training loop has run over every resume
+      (checkpointed; --train_minutes stops the run on it).
+    any_worker: fn(bool) -> bool, whether the flag holds on any worker, called by every worker
+      at the same steps; with one worker, the flag itself.
   """
   model: keras.Model
   optimizer: keras.optimizers.Optimizer
@@ -101,14 +105,19 @@ class Trainer:
   ema_manager: tf.train.CheckpointManager | None = None
   compiled_shapes: set = dataclasses.field(default_factory=set)
   nonfinite_steps: int = 0
+  clock: tf.Variable | None = None
+  any_worker: Callable[[bool], bool] = lambda flag: flag
+  time_check_every: int = 1
   _profiling: bool = False
+  _clock_origin: float = 0.0
 
   @property
   def step(self) -> int:
     return int(self.optimizer.iterations.numpy())
 
   def train(self) -> dict:
-    """Runs until --train_steps (or early stopping); returns the final dev/test results.
+    """Runs until --train_steps, --train_minutes or early stopping; returns the final dev/test
+    results.
 
     Raises:
       TrainingInterrupted: SIGINT/SIGTERM arrived; a checkpoint of the last step was saved.
@@ -135,8 +144,13 @@ class Trainer:
     progress = ProgressBar(c.train_steps, unit="step", initial=step)
     window = _Window()
     nonfinite_in_a_row = 0
+    if c.train_minutes:
+      logging.info("--train_minutes=%g: %.2f of them trained before", c.train_minutes,
+                   self._trained_seconds() / 60)
+    self._clock_origin = time.monotonic() - self._trained_seconds()
+    spent = self._out_of_time(step)  # a resumed run whose minutes are spent trains no more
     try:
-      while step < c.train_steps and not stop:
+      while step < c.train_steps and not stop and not spent:
         self._profile(step + 1)
         stats = self.train_step(self.iterator)
         self._note_shapes(stats["shapes"].numpy())
@@ -147,12 +161,14 @@ class Trainer:
         nonfinite_in_a_row = 0
         step += 1
         window.add(stats)
-        if step % _LOG_EVERY == 0 or step == c.train_steps:
+        spent = self._out_of_time(step)
+        last = step == c.train_steps or spent
+        if step % _LOG_EVERY == 0 or last:
           self._log(step, window.scalars(float(self.optimizer.learning_rate)), progress)
           window = _Window()
         # evaluate first, so a checkpoint holds the dev results of its own step: a run killed
         # while evaluating resumes from the previous checkpoint and evaluates this step again
-        if step % c.eval_every == 0 or step == c.train_steps:
+        if step % c.eval_every == 0 or last:
           stop_early = self.evaluator.evaluate_and_select(step)
           window.restart_clock()  # evaluation time is not training throughput
           if stop_early:
@@ -161,11 +177,32 @@ class Trainer:
             break
         if step % c.save_every == 0:
           self._save(step)
+        if spent:
+          logging.info("--train_minutes=%g: stopping at step %d after %.1f minutes of training",
+                       c.train_minutes, step, self._trained_seconds() / 60)
+          break
     finally:
       progress.close()
       self._profile(None)
+      if self.clock is not None:
+        self.clock.assign(self._trained_seconds())
+      self._clock_origin = 0.0  # the clock stands still from here
     if not (self.manager.latest_checkpoint or "").endswith(f"-{step}"):
       self._save(step)
+
+  def _trained_seconds(self) -> float:
+    """The training loop's seconds over every resume, as of now while it runs."""
+    if self._clock_origin:
+      return time.monotonic() - self._clock_origin
+    return float(self.clock.numpy()) if self.clock is not None else 0.0
+
+  def _out_of_time(self, step: int) -> bool:
+    """Whether --train_minutes is spent, on any worker (checked every `time_check_every` steps,
+    at which every worker asks)."""
+    c = self.config
+    if not c.train_minutes or step % self.time_check_every:
+      return False
+    return self.any_worker(self._trained_seconds() >= c.train_minutes * 60)
 
   def _profile(self, next_step: int | None):
     """Starts TensorFlow's profiler before step A of --profile_steps=A,B and stops it after
@@ -191,6 +228,8 @@ class Trainer:
           f"step {step}: a weight or optimizer moment is NaN or Inf, so no checkpoint was "
           f"written; "
           f"{self._last_good()}; lower --learning_rate or set --clip_norm")
+    if self.clock is not None:
+      self.clock.assign(self._trained_seconds())
     # the average first: a run killed between the two saves redoes both from the previous one
     if self.ema_manager:
       weights = self.model.trainable_variables
@@ -262,7 +301,8 @@ class Trainer:
   def _finish(self) -> dict:
     """Chooses the final weights by dev BLEU (the chief, when there are dev sentences), scores
     them on the test set once; the chief writes results.json."""
-    results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy())}
+    results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy()),
+               "trained_minutes": round(self._trained_seconds() / 60, 2)}
     chosen = self.is_chief and self.evaluator.data.dev_pairs(self.config.eval_sentences)
     if chosen:
       results.update(self._choose_final_weights())
@@ -378,6 +418,11 @@ def create_trainer(data, model_config, train_config, decode_config,
       fine_tuning.load_weights(model, start)
       logging.info("starting from the weights of %s (step %d of %s), with a new optimizer",
                    start.checkpoint, start.step, start.init_from)
+  # saved with the rest, restored apart: a checkpoint written before the clock existed has none
+  clock = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
+  if latest:
+    tf.train.Checkpoint(trained_seconds=clock).restore(latest).expect_partial()
+  checkpoint.trained_seconds = clock
   manager = tf.train.CheckpointManager(checkpoint, write_dir, c.keep_checkpoints,
                                        checkpoint_name="ckpt")
   ema_manager = None
@@ -388,4 +433,19 @@ def create_trainer(data, model_config, train_config, decode_config,
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
                                c.jit_compile, c.clip_norm)
   return Trainer(model, optimizer, train_step, checkpoint.iterator, manager, evaluator,
-                 writers["train"], c, write_dir, is_chief, ema_manager)
+                 writers["train"], c, write_dir, is_chief, ema_manager, clock=clock,
+                 any_worker=_any_worker(strategy, num_workers),
+                 time_check_every=1 if num_workers == 1 else _LOG_EVERY)
+
+
+def _any_worker(strategy, num_workers: int) -> Callable[[bool], bool]:
+  """fn(flag) -> whether `flag` holds on any worker: an all-reduce that every worker must call
+  at the same steps (each worker's clock differs, so the workers agree on when to stop)."""
+  if num_workers == 1:
+    return lambda flag: flag
+
+  def any_worker(flag: bool) -> bool:
+    votes = strategy.run(lambda: tf.constant(1 if flag else 0, tf.int32))
+    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None).numpy() > 0)
+
+  return any_worker

@@ -114,8 +114,8 @@ class MultiHeadAttention(keras.layers.Layer):
     return {"key": key, "value": value}
 
   def relative_embeddings(self, query_positions, key_positions):
-    """The relative position representations of each (query, key) pair, or None without
-    max_relative_position.
+    """The relative position representations of each (query, key) pair (a layer with
+    max_relative_position K).
 
     Args:
       query_positions: int32 [T]; key_positions: int32 [S].
@@ -124,8 +124,6 @@ class MultiHeadAttention(keras.layers.Layer):
       (keys, values), each [T, S, D] in the compute dtype: the rows of the tables at
       clip(key position - query position, -K, K) + K.
     """
-    if not self.max_relative_position:
-      return None
     limit = self.max_relative_position
     distance = key_positions[tf.newaxis, :] - query_positions[:, tf.newaxis]  # -> [T, S]
     rows = tf.clip_by_value(distance, -limit, limit) + limit

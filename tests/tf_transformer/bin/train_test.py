@@ -320,3 +320,60 @@ def test_diverging_run_with_skip_stops_after_too_many_in_a_row(tmp_path):
   assert len(tried) == 3
   assert summaries(tmp_path / "model" / "train")["nonfinite_steps"] == [
       (step, count) for step, count in zip(tried, (1.0, 2.0, 3.0))]
+
+
+def _trained(model_dir) -> dict:
+  results = json.loads((model_dir / "results.json").read_text())
+  return {"step": results["step"], "minutes": results["trained_minutes"],
+          "latest": checkpoints.latest_checkpoint(str(model_dir))}
+
+
+def test_train_minutes_stops_the_run_and_counts_over_resumes(tmp_path):
+  """--train_minutes=0.25 stops a run of 100,000 steps after 15 s of training (the first step's
+  tracing included), with a checkpoint of its last step; the same command again trains no
+  more; a larger budget goes on from the checkpoint's clock, not from 0."""
+  write_corpus(tmp_path)
+  model_dir = tmp_path / "model"
+  flags = ("--train_steps=100000", "--eval_every=100000", "--save_every=100000")
+  result = train(tmp_path, model_dir, *flags, "--train_minutes=0.25")
+  assert result.returncode == 0, result.stderr[-3000:]
+  first = _trained(model_dir)
+  assert 10 < first["step"] < 100000 and 0.25 <= first["minutes"] < 0.6, first
+  assert first["latest"].endswith(f"ckpt-{first['step']}")
+  assert f"--train_minutes=0.25: stopping at step {first['step']}" in result.stderr
+  again = train(tmp_path, model_dir, *flags, "--train_minutes=0.25")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert _trained(model_dir)["step"] == first["step"]
+  more = train(tmp_path, model_dir, *flags, "--train_minutes=0.5")
+  assert more.returncode == 0, more.stderr[-3000:]
+  second = _trained(model_dir)
+  assert second["step"] > first["step"] and 0.5 <= second["minutes"] < 0.9, (first, second)
+  # the clock is in the checkpoint, and the second run went on from it
+  clock = tf.train.load_checkpoint(first["latest"]).get_tensor(
+      "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")
+  assert 15.0 <= clock < 36.0
+  assert f"--train_minutes=0.5: {clock / 60:.2f} of them trained before" in more.stderr
+
+
+def test_train_minutes_stops_every_worker_at_the_same_step(tmp_path):
+  """Two workers with their own clocks agree on the step to stop at (an all-reduce every 50
+  steps), so neither waits for the other forever."""
+  write_corpus(tmp_path)
+  temporary = tmp_path / "tmp"
+  temporary.mkdir()
+
+  def start(ports):
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    return [testutil.start_cli(
+        "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=400",
+                                            "--train_minutes=0.001", "--save_every=1000",
+                                            "--distribution=multi_worker"),
+        env=dict(os.environ, TMPDIR=str(temporary), TF_CONFIG=json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})))
+            for index in range(2)]
+
+  processes, outputs = testutil.run_on_free_ports(2, start)
+  for process, (_, stderr) in zip(processes, outputs):
+    assert process.returncode == 0, stderr[-3000:]
+    assert "--train_minutes=0.001: stopping at step 50 " in stderr
+  assert _trained(tmp_path / "model")["step"] == 50

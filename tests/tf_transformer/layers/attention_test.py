@@ -183,19 +183,26 @@ def test_beam_queries_share_one_copy_of_the_memory():
   assert cache["key"].shape[0] == 2 and no_cache is None  # the cross cache is returned as is
 
 
-def test_self_attention_cache_writes_at_decode_index():
-  layer = _self_layer(2, seed=7)
-  x = np.random.default_rng(7).normal(size=(1, 3, D_MODEL)).astype(np.float32)
-  full, _ = _attend(layer, x, attention_bias.causal_bias(3), training=False)
-  max_length = 5
-  zeros = tf.zeros([1, 2, max_length, D_MODEL // 2])
+def _cached_steps_against_the_full_pass(layer, x, buffer_length):
+  """Feeds x [1, T, d] to a 2-head self-attention `layer` one position a step through a cache
+  of `buffer_length`, each step's output checked against the causal full pass; returns the
+  cache."""
+  length = x.shape[1]
+  full, _ = _attend(layer, x, attention_bias.causal_bias(length), training=False)
+  zeros = tf.zeros([1, 2, buffer_length, D_MODEL // 2])
   cache = {"key": zeros, "value": zeros}
   neg = attention_bias.large_negative(tf.float32)
-  for i in range(3):
-    step_bias = np.where(np.arange(max_length) > i, neg, 0.0).astype(np.float32)
+  for i in range(length):
+    step_bias = np.where(np.arange(buffer_length) > i, neg, 0.0).astype(np.float32)
     out, cache = _attend(layer, x[:, i:i + 1], tf.constant(step_bias[None, None, None]),
                          cache=cache, step=tf.constant(i), training=False)
     np.testing.assert_allclose(out[0, 0], full[0, i], atol=1e-5)
+  return cache
+
+
+def test_self_attention_cache_writes_at_decode_index():
+  x = np.random.default_rng(7).normal(size=(1, 3, D_MODEL)).astype(np.float32)
+  cache = _cached_steps_against_the_full_pass(_self_layer(2, seed=7), x, buffer_length=5)
   # slots after the last written position stay zero
   np.testing.assert_array_equal(cache["key"].numpy()[:, :, 3:], 0.0)
 
@@ -271,18 +278,9 @@ def test_relative_self_attention_matches_a_hand_computed_reference(real_rows_onl
 
 
 def test_relative_cached_steps_equal_the_full_pass():
-  layer = _relative_layer(2, 2, seed=8)
+  """Five positions, distances clipped at 2: the clipping reached in the last steps."""
   x = np.random.default_rng(8).normal(size=(1, 5, D_MODEL)).astype(np.float32)
-  full, _ = _attend(layer, x, attention_bias.causal_bias(5), training=False)
-  buffer = 7
-  zeros = tf.zeros([1, 2, buffer, D_MODEL // 2])
-  cache = {"key": zeros, "value": zeros}
-  neg = attention_bias.large_negative(tf.float32)
-  for i in range(5):
-    step_bias = np.where(np.arange(buffer) > i, neg, 0.0).astype(np.float32)
-    out, cache = _attend(layer, x[:, i:i + 1], tf.constant(step_bias[None, None, None]),
-                         cache=cache, step=tf.constant(i), training=False)
-    np.testing.assert_allclose(out[0, 0], full[0, i], atol=1e-5)
+  _cached_steps_against_the_full_pass(_relative_layer(2, 2, seed=8), x, buffer_length=7)
 
 
 def test_relative_embeddings_depend_on_the_distance_only():
