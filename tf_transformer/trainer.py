@@ -301,8 +301,9 @@ class Trainer:
   def _finish(self) -> dict:
     """Chooses the final weights by dev BLEU (the chief, when there are dev sentences), scores
     them on the test set once; the chief writes results.json."""
-    results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy()),
-               "trained_minutes": round(self._trained_seconds() / 60, 2)}
+    results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy())}
+    if self.config.train_minutes:
+      results["trained_minutes"] = round(self._trained_seconds() / 60, 2)
     chosen = self.is_chief and self.evaluator.data.dev_pairs(self.config.eval_sentences)
     if chosen:
       results.update(self._choose_final_weights())

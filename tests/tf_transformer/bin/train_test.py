@@ -51,10 +51,11 @@ def test_missing_flag_is_one_line_error(tmp_path):
 def final_weights(checkpoint):
   """{name: value} of every floating-point variable of `checkpoint`: the model's weights (most
   of them under the optimizer's names, the path TensorFlow met first), Adam's moments, the
-  best dev BLEU."""
+  best dev BLEU; not the training clock (--train_minutes' wall time, no state of the run)."""
   reader = tf.train.load_checkpoint(str(checkpoint))
   return {name: reader.get_tensor(name) for name, dtype in
-          reader.get_variable_to_dtype_map().items() if dtype.is_floating}
+          reader.get_variable_to_dtype_map().items()
+          if dtype.is_floating and not name.startswith("trained_seconds/")}
 
 
 # runs the train CLI; a SIGINT (Ctrl-C) arrives during step 3, and a SIGTERM inside the save
