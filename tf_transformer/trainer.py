@@ -33,6 +33,49 @@ class NonFiniteTraining(UserError):
   applied or saved."""
 
 
+class TrainingClock:
+  """The seconds the training loop has run, over every resume: `seconds` is a variable that
+  every checkpoint saves; --train_minutes stops the run on it.
+
+  With several workers, whether the budget is spent is agreed by an all-reduce every
+  `_LOG_EVERY` steps, which every worker calls at the same steps (each worker's clock differs).
+  """
+
+  def __init__(self, strategy: tf.distribute.Strategy, num_workers: int):
+    self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
+    self._strategy = strategy
+    self._num_workers = num_workers
+    self._origin = None  # time.monotonic() at which `seconds` were 0, while the loop runs
+
+  def start(self):
+    self._origin = time.monotonic() - float(self.seconds.numpy())
+
+  def stop(self):
+    self.record()
+    self._origin = None
+
+  def record(self):
+    """Writes the running time into `seconds` (before a checkpoint is saved)."""
+    self.seconds.assign(self.elapsed())
+
+  def elapsed(self) -> float:
+    if self._origin is None:
+      return float(self.seconds.numpy())
+    return time.monotonic() - self._origin
+
+  def spent(self, minutes: float | None, step: int) -> bool:
+    """Whether `minutes` (None: no budget) are spent on any worker, as of `step`."""
+    if not minutes:
+      return False
+    if self._num_workers == 1:
+      return self.elapsed() >= minutes * 60
+    if step % _LOG_EVERY:
+      return False
+    vote = self.elapsed() >= minutes * 60
+    votes = self._strategy.run(lambda: tf.constant(1 if vote else 0, tf.int32))
+    return bool(self._strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None).numpy() > 0)
+
+
 class _Window:
   """The summed step statistics and the wall time since the last log line."""
 
@@ -77,20 +120,17 @@ class Trainer:
     train_step: fn(iterator) -> step statistics, from train_step.make_train_step.
     iterator: the training batches; `manager` checkpoints it with the rest.
     manager: tf.train.CheckpointManager of the whole training state.
-    ema_manager: with --ema_decay, a CheckpointManager of the model alone, into which each
-      save also writes the moving average of the weights (model_dir/ema); else None.
     evaluator: an Evaluator (dev BLEU, best checkpoint, early stopping, test score).
     writer: tf.summary writer of the training figures.
     config: the TrainConfig.
     write_dir: where this worker writes; the chief's is the model directory, another
       worker's a temporary folder removed at the end.
+    clock: the TrainingClock whose `seconds` the checkpoints save.
     is_chief: whether this worker writes results.json.
+    ema_manager: with --ema_decay, a CheckpointManager of the model alone, into which each
+      save also writes the moving average of the weights (model_dir/ema); else None.
     compiled_shapes: (rows, length) of the batches the step has seen.
     nonfinite_steps: steps skipped in this process for a NaN/Inf loss or gradient.
-    clock: float64 variable, the seconds the training loop has run over every resume
-      (checkpointed; --train_minutes stops the run on it).
-    any_worker: fn(bool) -> bool, whether the flag holds on any worker, called by every worker
-      at the same steps; with one worker, the flag itself.
   """
   model: keras.Model
   optimizer: keras.optimizers.Optimizer
@@ -101,15 +141,12 @@ class Trainer:
   writer: tf.summary.SummaryWriter
   config: Any
   write_dir: str
+  clock: TrainingClock
   is_chief: bool = True
   ema_manager: tf.train.CheckpointManager | None = None
   compiled_shapes: set = dataclasses.field(default_factory=set)
   nonfinite_steps: int = 0
-  clock: tf.Variable | None = None
-  any_worker: Callable[[bool], bool] = lambda flag: flag
-  time_check_every: int = 1
   _profiling: bool = False
-  _clock_origin: float = 0.0
 
   @property
   def step(self) -> int:
@@ -146,9 +183,9 @@ class Trainer:
     nonfinite_in_a_row = 0
     if c.train_minutes:
       logging.info("--train_minutes=%g: %.2f of them trained before", c.train_minutes,
-                   self._trained_seconds() / 60)
-    self._clock_origin = time.monotonic() - self._trained_seconds()
-    spent = self._out_of_time(step)  # a resumed run whose minutes are spent trains no more
+                   self.clock.elapsed() / 60)
+    self.clock.start()
+    spent = self.clock.spent(c.train_minutes, step)  # a spent run, resumed, trains no more
     try:
       while step < c.train_steps and not stop and not spent:
         self._profile(step + 1)
@@ -161,7 +198,7 @@ class Trainer:
         nonfinite_in_a_row = 0
         step += 1
         window.add(stats)
-        spent = self._out_of_time(step)
+        spent = self.clock.spent(c.train_minutes, step)
         last = step == c.train_steps or spent
         if step % _LOG_EVERY == 0 or last:
           self._log(step, window.scalars(float(self.optimizer.learning_rate)), progress)
@@ -179,30 +216,14 @@ class Trainer:
           self._save(step)
         if spent:
           logging.info("--train_minutes=%g: stopping at step %d after %.1f minutes of training",
-                       c.train_minutes, step, self._trained_seconds() / 60)
+                       c.train_minutes, step, self.clock.elapsed() / 60)
           break
     finally:
       progress.close()
       self._profile(None)
-      if self.clock is not None:
-        self.clock.assign(self._trained_seconds())
-      self._clock_origin = 0.0  # the clock stands still from here
+      self.clock.stop()
     if not (self.manager.latest_checkpoint or "").endswith(f"-{step}"):
       self._save(step)
-
-  def _trained_seconds(self) -> float:
-    """The training loop's seconds over every resume, as of now while it runs."""
-    if self._clock_origin:
-      return time.monotonic() - self._clock_origin
-    return float(self.clock.numpy()) if self.clock is not None else 0.0
-
-  def _out_of_time(self, step: int) -> bool:
-    """Whether --train_minutes is spent, on any worker (checked every `time_check_every` steps,
-    at which every worker asks)."""
-    c = self.config
-    if not c.train_minutes or step % self.time_check_every:
-      return False
-    return self.any_worker(self._trained_seconds() >= c.train_minutes * 60)
 
   def _profile(self, next_step: int | None):
     """Starts TensorFlow's profiler before step A of --profile_steps=A,B and stops it after
@@ -228,8 +249,7 @@ class Trainer:
           f"step {step}: a weight or optimizer moment is NaN or Inf, so no checkpoint was "
           f"written; "
           f"{self._last_good()}; lower --learning_rate or set --clip_norm")
-    if self.clock is not None:
-      self.clock.assign(self._trained_seconds())
+    self.clock.record()
     # the average first: a run killed between the two saves redoes both from the previous one
     if self.ema_manager:
       weights = self.model.trainable_variables
@@ -303,7 +323,7 @@ class Trainer:
     them on the test set once; the chief writes results.json."""
     results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy())}
     if self.config.train_minutes:
-      results["trained_minutes"] = round(self._trained_seconds() / 60, 2)
+      results["trained_minutes"] = round(self.clock.elapsed() / 60, 2)
     chosen = self.is_chief and self.evaluator.data.dev_pairs(self.config.eval_sentences)
     if chosen:
       results.update(self._choose_final_weights())
@@ -350,8 +370,10 @@ def create_model(model_config, train_config, strategy):
   return model, optimizer
 
 
-def _resume(parts: dict, path: str, new_iterator: Callable[[], Iterator]):
-  """Restores the training checkpoint `path` into a tf.train.Checkpoint of `parts`.
+def _resume(parts: dict, path: str, new_iterator: Callable[[], Iterator],
+            clock: TrainingClock):
+  """Restores the training checkpoint `path` into a tf.train.Checkpoint of `parts`, and
+  `clock` when the checkpoint has one (older ones have none).
 
   A checkpoint whose input-pipeline position was saved by another version of the pipeline
   resumes all the rest, with `new_iterator()` (the failed restore leaves the old one unusable).
@@ -362,14 +384,16 @@ def _resume(parts: dict, path: str, new_iterator: Callable[[], Iterator]):
   checkpoint = tf.train.Checkpoint(**parts)
   try:
     checkpoints.restore(checkpoint, path)
-    return checkpoint
   except checkpoints.IteratorStateError:
     rest = {name: part for name, part in parts.items() if name != "iterator"}
     checkpoints.restore(tf.train.Checkpoint(**rest), path, partial=True)
     logging.warning("%s: its input-pipeline position is from another version of the pipeline; "
                     "resuming its weights and optimizer with a new pass over the data (the "
                     "run will not repeat an uninterrupted one exactly)", path)
-    return tf.train.Checkpoint(**rest, iterator=new_iterator())
+    checkpoint = tf.train.Checkpoint(**rest, iterator=new_iterator())
+    # this checkpoint restored nothing, so attaching the clock below will not restore it
+    tf.train.Checkpoint(trained_seconds=clock.seconds).restore(path).expect_partial()
+  return checkpoint
 
 
 def create_trainer(data, model_config, train_config, decode_config,
@@ -410,8 +434,9 @@ def create_trainer(data, model_config, train_config, decode_config,
                dropout_states=dropout_states, **evaluator.state)
   # every worker resumes from the chief's checkpoint (model_dir is on a shared file system)
   latest = checkpoints.latest_checkpoint(c.model_dir)
+  clock = TrainingClock(strategy, num_workers)
   if latest:
-    checkpoint = _resume(parts, latest, new_iterator)
+    checkpoint = _resume(parts, latest, new_iterator, clock)
     logging.info("resumed from %s at step %d", latest, int(optimizer.iterations.numpy()))
   else:
     checkpoint = tf.train.Checkpoint(**parts)
@@ -419,11 +444,9 @@ def create_trainer(data, model_config, train_config, decode_config,
       fine_tuning.load_weights(model, start)
       logging.info("starting from the weights of %s (step %d of %s), with a new optimizer",
                    start.checkpoint, start.step, start.init_from)
-  # saved with the rest, restored apart: a checkpoint written before the clock existed has none
-  clock = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="trained_seconds")
-  if latest:
-    tf.train.Checkpoint(trained_seconds=clock).restore(latest).expect_partial()
-  checkpoint.trained_seconds = clock
+  # attached after the restore, which then restores it if the checkpoint has it (an older
+  # checkpoint, which has none, would fail the restore's check that every part is matched)
+  checkpoint.trained_seconds = clock.seconds
   manager = tf.train.CheckpointManager(checkpoint, write_dir, c.keep_checkpoints,
                                        checkpoint_name="ckpt")
   ema_manager = None
@@ -434,19 +457,5 @@ def create_trainer(data, model_config, train_config, decode_config,
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
                                c.jit_compile, c.clip_norm)
   return Trainer(model, optimizer, train_step, checkpoint.iterator, manager, evaluator,
-                 writers["train"], c, write_dir, is_chief, ema_manager, clock=clock,
-                 any_worker=_any_worker(strategy, num_workers),
-                 time_check_every=1 if num_workers == 1 else _LOG_EVERY)
+                 writers["train"], c, write_dir, clock, is_chief, ema_manager)
 
-
-def _any_worker(strategy, num_workers: int) -> Callable[[bool], bool]:
-  """fn(flag) -> whether `flag` holds on any worker: an all-reduce that every worker must call
-  at the same steps (each worker's clock differs, so the workers agree on when to stop)."""
-  if num_workers == 1:
-    return lambda flag: flag
-
-  def any_worker(flag: bool) -> bool:
-    votes = strategy.run(lambda: tf.constant(1 if flag else 0, tf.int32))
-    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None).numpy() > 0)
-
-  return any_worker

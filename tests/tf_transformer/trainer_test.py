@@ -342,7 +342,8 @@ def test_only_the_chief_chooses_the_final_weights(tiny_model_dir, tmp_path):
         manager=types.SimpleNamespace(latest_checkpoint=f"{write_dir}/ckpt-2"),
         evaluator=evaluator, writer=None,
         config=TrainConfig(model_dir=str(model_dir), train_steps=2, average_last=2),
-        write_dir=write_dir, is_chief=is_chief)
+        write_dir=write_dir, clock=trainer.TrainingClock(tf.distribute.get_strategy(), 1),
+        is_chief=is_chief)
     trained = weight_value(model)
     results[is_chief] = run.train()
     if not is_chief:  # the model as trained went to the test, which restores the best itself

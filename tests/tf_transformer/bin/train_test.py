@@ -156,12 +156,17 @@ def test_a_checkpoint_of_another_pipeline_version_resumes_with_new_data_order(tm
   first = testutil.run_python(_OTHER_PIPELINE_RUN, *train_args(
       tmp_path, tmp_path / "model", "--train_steps=30", "--save_every=10"))
   assert first.returncode == 0, first.stderr
-  result = train(tmp_path, tmp_path / "model", "--train_steps=31")
+  # --train_minutes logs the clock restored, which must be the checkpoint's, not 0
+  result = train(tmp_path, tmp_path / "model", "--train_steps=31", "--train_minutes=100")
   assert result.returncode == 0, result.stderr
   checkpoint = tmp_path / "model" / "ckpt-30"
   assert (f"{checkpoint}: its input-pipeline position is from another version of the pipeline; "
           "resuming its weights and optimizer with a new pass over the data") in result.stderr
   assert f"resumed from {checkpoint} at step 30" in result.stderr
+  clock = tf.train.load_checkpoint(str(checkpoint)).get_tensor(
+      "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")
+  assert clock >= 1.0  # so that 0 would not print the same
+  assert f"--train_minutes=100: {clock / 60:.2f} of them trained before" in result.stderr
 
   def weights(step):
     model_dir = str(tmp_path / "model")
