@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from data_pipeline import corpora, pipeline
+from data_pipeline import corpora, language_tags, pipeline
 from data_pipeline.token_ids import EOS_ID
 
 MAX_PAIRS = 500_000
@@ -154,9 +154,15 @@ def training_pairs(config, vocabulary) -> tf.data.Dataset:
     shared = vocabulary.source_model_path == vocabulary.target_model_path
     config = dataclasses.replace(config, shared_vocab=shared)
     return TfdsData(config, os.path.dirname(vocabulary.source_model_path)).train_pairs()
-  pairs = [pipeline.text_pairs(*(corpora.find_corpus_file(config.data_dir, prefix, lang)
-                                 for lang in (config.src_lang, config.tgt_lang)))
-           for prefix in config.train_prefixes]
+  pairs = []
+  for lang in config.tgt_langs:
+    for prefix in config.train_prefixes:
+      text = pipeline.text_pairs(corpora.find_corpus_file(config.data_dir, prefix,
+                                                          config.src_lang),
+                                 corpora.find_corpus_file(config.data_dir, prefix, lang))
+      # a multilingual model's sources as it reads them, its target-language token first
+      pairs.append(language_tags.tag_sources(text, lang) if len(config.tgt_langs) > 1
+                   else text)
   return pipeline.concatenated(pairs)
 
 

@@ -2,11 +2,13 @@
 
 from absl import logging
 
-from data_pipeline import corpora, pipeline, tokenizer
+from data_pipeline import corpora, language_tags, pipeline, tokenizer
 
 
 class ParallelData:
-  """The train/dev/test corpora of one direction under `data_dir`, ready for training.
+  """The train/dev/test corpora under `data_dir` of one direction, or of one source language
+  into several target languages (a multilingual model: each source carries its target
+  language's token, language_tags.py), ready for training.
 
   Construction validates the training and dev corpora (line counts, UTF-8, empty files), and
   trains the SentencePiece model(s) into `model_dir` the first time (reused after), on the
@@ -17,16 +19,24 @@ class ParallelData:
     """Args: config: a DataConfig; model_dir: where the subword models live."""
     self.config = config
     c = config
-    # (source path, target path, scan) of each training corpus, in --train_prefix's order
+    self.multilingual = len(c.tgt_langs) > 1
+    # (source path, target path, scan, target language) of each training corpus, each
+    # language's in --train_prefix's order
     self.train_corpora = []
-    for prefix in c.train_prefixes:
-      paths = self._find(prefix)
-      self.train_corpora.append((*paths, self._scan("train", paths)))
-    self.dev_paths = self._find(c.dev_prefix) if c.dev_prefix else None
-    self.dev_scan = self._scan("dev", self.dev_paths) if self.dev_paths else None
-    self.test_paths = self._find(c.test_prefix) if c.test_prefix else None
+    for lang in c.tgt_langs:
+      for prefix in c.train_prefixes:
+        paths = self._find(prefix, lang)
+        self.train_corpora.append((*paths, self._scan("train", paths), lang))
+    # (source path, target path, scan) of each target language's dev set
+    self.dev_sets = {}
+    if c.dev_prefix:
+      for lang in c.tgt_langs:
+        paths = self._find(c.dev_prefix, lang)
+        self.dev_sets[lang] = (*paths, self._scan("dev", paths))
+    self.test_paths = ({lang: self._find(c.test_prefix, lang) for lang in c.tgt_langs}
+                       if c.test_prefix else {})
     self.train_weights = self._weights()
-    if sum(self._usable_lines(scan) for *_, scan in self.train_corpora) <= 0:
+    if sum(self._usable_lines(corpus[2]) for corpus in self.train_corpora) <= 0:
       self._nothing_left()  # before SentencePiece, which cannot train on nothing
     self.vocabulary = self._build_vocabulary(model_dir)
     kept, too_long = pipeline.count_examples(self.train_pairs(), self.vocabulary, c.max_length)
@@ -45,25 +55,27 @@ class ParallelData:
     if len(self.train_corpora) == 1:
       return (1.0,)
     weights = self.config.train_weights or tuple(
-        float(self._usable_lines(scan)) for *_, scan in self.train_corpora)
-    for (source, _, scan), weight in zip(self.train_corpora, weights):
+        float(self._usable_lines(corpus[2])) for corpus in self.train_corpora)
+    for (source, target, scan, _), weight in zip(self.train_corpora, weights):
       if weight > 0 and self._usable_lines(scan) <= 0:
-        raise corpora.CorpusError(f"{source}: no usable pair, but its --train_weights is "
+        # a multilingual task's source files are each language's: its target names the corpus
+        name = target if self.multilingual else source
+        raise corpora.CorpusError(f"{name}: no usable pair, but its --train_weights is "
                                   f"{weight:g}")
     total = sum(weights)
     logging.info("train: corpora drawn from by shares %s", ", ".join(
-        f"{source} {weight / total:.3f}" for (source, _, _), weight in zip(self.train_corpora,
-                                                                           weights)))
+        f"{corpus[1]} {weight / total:.3f}" for corpus, weight in zip(self.train_corpora,
+                                                                      weights)))
     return tuple(weight / total for weight in weights)
 
   def _nothing_left(self):
     raise corpora.CorpusError(f"{self.train_corpora[0][0]}: no pair left for training (all "
                               f"empty, invalid or over --max_length={self.config.max_length})")
 
-  def _find(self, prefix):
+  def _find(self, prefix, lang):
     c = self.config
     return (corpora.find_corpus_file(c.data_dir, prefix, c.src_lang),
-            corpora.find_corpus_file(c.data_dir, prefix, c.tgt_lang))
+            corpora.find_corpus_file(c.data_dir, prefix, lang))
 
   def _scan(self, name, paths):
     scan = corpora.scan_parallel(*paths, on_bad_line=self.config.on_bad_line)
@@ -75,15 +87,21 @@ class ParallelData:
     sides = {"both": (0, 1), "source": (0,), "target": (1,)}
 
     def sentences(side):
+      read = set()  # a source file shared by several target languages is read once
       for corpus in self.train_corpora:
-        yield from corpora.iterate_sentences([corpus[index] for index in sides[side]],
-                                             corpus[2].bad_lines)
+        paths = [corpus[index] for index in sides[side] if corpus[index] not in read]
+        read.update(paths)
+        yield from corpora.iterate_sentences(paths, corpus[2].bad_lines)
 
     return tokenizer.ensure_vocabulary(model_dir, self.config, sentences)
 
+  def _tagged(self, pairs, lang):
+    """A multilingual model's pairs get `lang`'s token before each source."""
+    return language_tags.tag_sources(pairs, lang) if self.multilingual else pairs
+
   def _corpus_pairs(self, corpus):
-    source, target, scan = corpus
-    return pipeline.text_pairs(source, target, skip_lines=scan.bad_lines)
+    source, target, scan, lang = corpus
+    return self._tagged(pipeline.text_pairs(source, target, skip_lines=scan.bad_lines), lang)
 
   def train_pairs(self):
     """tf.data of the training (source, target) strings, every corpus once, in order."""
@@ -106,25 +124,37 @@ class ParallelData:
                                   self.train_weights, c.subword_alpha, c.subword_nbest_size)
 
   def dev_batches(self):
-    """One pass over the dev set in bucketed batches (for the dev loss), or None."""
-    if not self.dev_paths:
+    """One pass over the dev set(s) in bucketed batches (for the dev loss), or None."""
+    if not self.dev_sets:
       return None
-    pairs = pipeline.text_pairs(*self.dev_paths, skip_lines=self.dev_scan.bad_lines)
+    pairs = pipeline.concatenated([
+        self._tagged(pipeline.text_pairs(source, target, skip_lines=scan.bad_lines), lang)
+        for lang, (source, target, scan) in self.dev_sets.items()])
     return pipeline.eval_batches(pairs, self.vocabulary, self.config.max_length,
                                  self.config.batch_tokens)
 
-  def dev_pairs(self, limit: int = 0):
-    """The first `limit` (0: all) dev pairs as Python strings (for BLEU)."""
-    if not self.dev_paths:
-      return []
-    return corpora.read_parallel(*self.dev_paths, limit=limit, skip_lines=self.dev_scan.bad_lines)
+  def _as_text(self, pairs, lang):
+    """Python string pairs, a multilingual model's sources tagged with `lang`."""
+    if not self.multilingual:
+      return pairs
+    sources = language_tags.tagged([source for source, _ in pairs], lang)
+    return [(source, target) for source, (_, target) in zip(sources, pairs)]
 
-  def test_pairs(self):
-    """Every test pair as Python strings, or [] without --test_prefix."""
-    if not self.test_paths:
-      return []
-    scan = corpora.scan_parallel(*self.test_paths, on_bad_line=self.config.on_bad_line)
-    return corpora.read_parallel(*self.test_paths, skip_lines=scan.bad_lines)
+  def dev_pairs(self, limit: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """Each target language's first `limit` (0: all) dev pairs as Python strings (for BLEU):
+    {language: pairs}, {} without a dev set."""
+    return {lang: self._as_text(corpora.read_parallel(source, target, limit=limit,
+                                                      skip_lines=scan.bad_lines), lang)
+            for lang, (source, target, scan) in self.dev_sets.items()}
+
+  def test_pairs(self) -> dict[str, list[tuple[str, str]]]:
+    """Each target language's test pairs as Python strings: {language: pairs}, {} without
+    --test_prefix."""
+    sets = {}
+    for lang, paths in self.test_paths.items():
+      scan = corpora.scan_parallel(*paths, on_bad_line=self.config.on_bad_line)
+      sets[lang] = self._as_text(corpora.read_parallel(*paths, skip_lines=scan.bad_lines), lang)
+    return sets
 
 
 def open_data(config, model_dir: str):

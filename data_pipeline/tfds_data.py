@@ -135,11 +135,15 @@ class TfdsData:
     return [(s.decode("utf-8"), t.decode("utf-8"))
             for s, t in itertools.islice(pairs, limit or None)]
 
-  def dev_pairs(self, limit: int = 0):
-    return self._as_text(DEV, limit)
+  def dev_pairs(self, limit: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """{target language: the first `limit` (0: all) dev pairs}, {} without a dev split."""
+    pairs = self._as_text(DEV, limit)
+    return {self.config.tgt_lang: pairs} if pairs else {}
 
-  def test_pairs(self):
-    return self._as_text(TEST)
+  def test_pairs(self) -> dict[str, list[tuple[str, str]]]:
+    """{target language: every test pair}, {} without a test split."""
+    pairs = self._as_text(TEST)
+    return {self.config.tgt_lang: pairs} if pairs else {}
 
 
 def build_dataset(splits: dict, name: str, out: str, src_lang: str, tgt_lang: str,

@@ -17,18 +17,22 @@ from absl import logging
 
 from common import files
 from common.progress import ProgressBar
+from data_pipeline import language_tags
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: int,
-                        model_type: str = "unigram", input_sentence_size: int = 2_000_000):
+                        model_type: str = "unigram", input_sentence_size: int = 2_000_000,
+                        symbols: tuple[str, ...] = ()):
   """Trains a SentencePiece model on `sentences` and writes it to `model_path` atomically.
 
-  Ids: 0 <pad>, 1 <unk>, 2 <s> (BOS), 3 </s> (EOS). The vocabulary may come out smaller than
-  `vocab_size` on a small corpus instead of failing.
+  Ids: 0 <pad>, 1 <unk>, 2 <s> (BOS), 3 </s> (EOS), then `symbols`. The vocabulary may come
+  out smaller than `vocab_size` on a small corpus instead of failing.
 
   Args:
     model_path: where the .model file goes, on any TensorFlow file system.
+    symbols: pieces that the text "<symbol>" always segments into, whole (a multilingual
+      model's target-language tokens).
   """
   import sentencepiece as spm  # training only; encoding happens in-graph with tf-text
 
@@ -42,6 +46,7 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
         model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
         character_coverage=0.9995, hard_vocab_limit=False, minloglevel=2,
+        user_defined_symbols=list(symbols),
         num_threads=os.cpu_count() or 1)
     with files.atomic_path(model_path) as temporary:
       tf.io.gfile.copy(prefix + ".model", temporary, overwrite=True)
@@ -118,7 +123,8 @@ def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
   """The task's subword model(s) in `model_dir`, trained on first use and reused after.
 
   Args:
-    config: a DataConfig (vocab_size, spm_model_type, shared_vocab, languages).
+    config: a DataConfig (vocab_size, spm_model_type, shared_vocab, languages; several target
+      languages add their tokens, language_tags.tag, to the joint model).
     sentences: fn(side) -> iterator of training sentences, side being "both" (one joint model),
       "source" or "target".
   """
@@ -137,8 +143,10 @@ def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
     start = time.monotonic()
     progress = ProgressBar(None, unit="sentence", label="reading for SentencePiece",
                            delay_s=2.0)
+    symbols = tuple(language_tags.tag(lang) for lang in c.tgt_langs) if len(
+        c.tgt_langs) > 1 else ()
     train_sentencepiece(_counted(sentences(side), progress), model_path, c.vocab_size,
-                        c.spm_model_type, c.spm_input_sentences)
+                        c.spm_model_type, c.spm_input_sentences, symbols)
     logging.info("subword model %s trained in %.0f s", model_path, time.monotonic() - start)
   return load_vocabulary(source_path, target_path)
 

@@ -14,6 +14,7 @@ from absl import logging
 
 from common import files
 from data_pipeline import lexical_shortlist
+from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
 from tf_transformer.translator import Translator
 
@@ -226,8 +227,11 @@ def export(model_dir, src_lang: str, tgt_lang: str, export_dir: str, decode_conf
   decode_config = dataclasses.replace(decode_config, nbest=decode_config.beam_size)
   module = Translator(model, vocabulary, decode_config, precision=precision,
                       shortlist_size=shortlist_size, lexicon=lexicon, batching=batching)
+  # the model's target languages, several for a multilingual model whatever --tgt_lang says
+  trained_into = model_dir_lib.read_data(model_dir if isinstance(model_dir, str)
+                                         else model_dir[0]).get("tgt_lang", tgt_lang)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,
-              "src_lang": src_lang, "tgt_lang": tgt_lang, "precision": precision,
+              "src_lang": src_lang, "tgt_lang": trained_into, "precision": precision,
               "shortlist_size": shortlist_size,
               "shortlist_per_source": shortlist_per_source if shortlist_size else 0,
               "batching": dataclasses.asdict(batching) if batching else None, **members}

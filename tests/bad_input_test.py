@@ -94,6 +94,10 @@ ROWS = {
         "--subword_alpha=0.1", "--deterministic",
         message="error: --deterministic cannot hold with --subword_alpha: SentencePiece samples "
                 "with its own random generator, which TensorFlow cannot seed"),
+    "several target languages, one twice": train(
+        "--tgt_lang=tgt,tgt",
+        message="error: DataConfig: tgt_lang='tgt,tgt': several target languages must be "
+                "distinct, non-empty, comma-separated languages"),
     # ------------------------------------------------------------------ flags and flagfiles
     "unknown flag": train(
         "--batch_tokes=100",

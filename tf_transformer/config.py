@@ -108,6 +108,11 @@ class _Checked:
     _check_domains(self)
 
 
+def target_languages(tgt_lang: str) -> tuple[str, ...]:
+  """--tgt_lang's languages: "de" -> ("de",); "de,fr,cs" -> ("de", "fr", "cs")."""
+  return tuple(lang.strip() for lang in tgt_lang.split(","))
+
+
 def train_weights_problem(weights: tuple, num_corpora: int,
                           prefix_name: str = "train_prefix") -> str | None:
   """What is wrong with train_weights `weights` for `num_corpora` training corpora (named by
@@ -127,6 +132,10 @@ class DataConfig(_Checked):
   TFDS dataset's splits). train_weights: with several, each corpus's share of the pairs drawn
   for training (any scale; each corpus repeats on its own, so a small one weighted up is
   seen again and again); () draws in proportion to the corpora's pairs, as if concatenated.
+  tgt_lang: one target language, or several comma-separated (de,fr,cs): one multilingual model
+  (Johnson et al. 2017) whose sources carry a target-language token (language_tags.py), with
+  one SentencePiece model over every language and each language's corpora
+  {prefix}.{src_lang} / {prefix}.{lang} for each prefix.
   subword_alpha > 0: subword regularization (Kudo 2018), each training sentence segmented anew
   each time it is read, sampled by SentencePiece from its subword_nbest_size best segmentations
   (-1: from all of them) with probabilities sharpened by subword_alpha (a BPE model drops merges
@@ -157,19 +166,39 @@ class DataConfig(_Checked):
     if self.subword_alpha > 0 and self.subword_nbest_size in (0, 1):
       raise ConfigError(f"DataConfig: subword_nbest_size={self.subword_nbest_size} leaves one "
                         "segmentation to sample from: -1 (all) or >= 2 with subword_alpha > 0")
+    languages = target_languages(self.tgt_lang)
+    if len(languages) > 1:
+      problem = None
+      if not all(languages) or len(set(languages)) != len(languages):
+        problem = "distinct, non-empty, comma-separated languages"
+      elif self.src_lang in languages:
+        problem = f"languages other than the source's ({self.src_lang})"
+      elif not self.shared_vocab:
+        problem = "trained with --shared_vocab (one subword model over every language)"
+      elif self.dataset:
+        problem = "read from text files (--data_dir), not a TFDS dataset"
+      if problem:
+        raise ConfigError(f"DataConfig: tgt_lang={self.tgt_lang!r}: several target languages "
+                          f"must be {problem}")
     prefixes = self.train_prefix.split(",")
     if not all(prefix.strip() for prefix in prefixes):
       raise ConfigError(f"DataConfig: train_prefix={self.train_prefix!r} must be one or more "
                         "comma-separated corpus names, none empty")
-    problem = train_weights_problem(self.train_weights, len(prefixes))
+    corpora = [f"{prefix}.{lang}" for lang in languages for prefix in prefixes]
+    problem = train_weights_problem(self.train_weights, len(corpora))
     if problem:
       raise ConfigError(f"DataConfig: train_weights={list(self.train_weights)} must be "
-                        f"{problem} ({self.train_prefix})")
+                        f"{problem} ({', '.join(corpora)})")
 
   @property
   def train_prefixes(self) -> tuple[str, ...]:
     """The training corpora's names, in train_prefix's order."""
     return tuple(prefix.strip() for prefix in self.train_prefix.split(","))
+
+  @property
+  def tgt_langs(self) -> tuple[str, ...]:
+    """The target languages, in tgt_lang's order (more than one: a multilingual model)."""
+    return target_languages(self.tgt_lang)
 
 
 @dataclasses.dataclass(frozen=True)

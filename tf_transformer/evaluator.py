@@ -27,7 +27,9 @@ class Evaluator:
 
   Args:
     model: the Transformer being trained.
-    data: the task's data (dev_batches, dev_pairs, test_pairs, vocabulary).
+    data: the task's data (dev_batches, dev_pairs, test_pairs, vocabulary). A multilingual
+      task's dev and test pairs are a set per target language: the figures are each set's,
+      and their mean (the dev BLEU that selects checkpoints and final weights).
     train_config: label_smoothing, eval_sentences, eval_batch_size, eval_beam_size and
       early_stopping.
     decode_config: the search; its beam size is replaced by eval_beam_size.
@@ -67,12 +69,16 @@ class Evaluator:
     return [nbest[0] for nbest in outputs]
 
   def dev_bleu(self) -> float:
-    """BLEU of the model as it is on the first --eval_sentences dev pairs (0 without any)."""
-    pairs = self.data.dev_pairs(self.config.eval_sentences)
-    if not pairs:
-      return 0.0
-    sources, references = zip(*pairs)
-    return metrics.corpus_bleu(self.translate(list(sources)), list(references))[0].score
+    """BLEU of the model as it is on the first --eval_sentences dev pairs (of each target
+    language: their mean), 0 without any."""
+    scores = [metrics.corpus_bleu(self.translate(list(sources)), list(references))[0].score
+              for sources, references in self._dev_sets().values()]
+    return sum(scores) / len(scores) if scores else 0.0
+
+  def _dev_sets(self) -> dict[str, tuple[tuple, tuple]]:
+    """{target language: (sources, references)} of the first --eval_sentences dev pairs."""
+    return {lang: tuple(zip(*pairs)) for lang, pairs in
+            self.data.dev_pairs(self.config.eval_sentences).items() if pairs}
 
   def evaluate(self, step: int) -> dict:
     """Dev loss, perplexity and accuracy over the dev set, BLEU and chrF on its first
@@ -82,16 +88,22 @@ class Evaluator:
     results = {}
     if self._dev_batches is not None:
       results.update(metrics.dev_loss(self._loss_statistics, self._dev_batches))
-    pairs = self.data.dev_pairs(self.config.eval_sentences)
-    if pairs:
-      sources, references = zip(*pairs)
+    sets = self._dev_sets()
+    samples = []
+    for lang, (sources, references) in sets.items():
       hypotheses = self.translate(list(sources))
-      results["bleu"] = metrics.corpus_bleu(hypotheses, list(references))[0].score
-      results["chrf"] = metrics.corpus_chrf(hypotheses, list(references))[0].score
-      samples = "\n\n".join(f"**source** {s}  \n**reference** {r}  \n**output** {h}"
-                            for s, r, h in list(zip(sources, references, hypotheses))[:_SAMPLES])
+      suffix = f"_{lang}" if len(sets) > 1 else ""
+      results["bleu" + suffix] = metrics.corpus_bleu(hypotheses, list(references))[0].score
+      results["chrf" + suffix] = metrics.corpus_chrf(hypotheses, list(references))[0].score
+      samples += [f"**source** {s}  \n**reference** {r}  \n**output** {h}"
+                  for s, r, h in list(zip(sources, references, hypotheses))[:_SAMPLES]]
+    if len(sets) > 1:
+      for metric in ("bleu", "chrf"):
+        results[metric] = sum(results[f"{metric}_{lang}"] for lang in sets) / len(sets)
+    if sets:
       with self.writer.as_default(step=step):
-        tf.summary.text("translations", samples)
+        tf.summary.text("translations", "\n\n".join(samples))
+        sources = next(iter(sets.values()))[0]
         self._attention_images(list(sources[:_ATTENTION_SENTENCES]))
     results["eval_seconds"] = time.perf_counter() - start
     return results
@@ -136,31 +148,42 @@ class Evaluator:
     """Scores the best checkpoint (if any; with `restore_best` False, the model as it is) on
     the test set, if there is one.
 
-    Writes `test_hypotheses.txt` into `output_dir`, and test_bleu and test_chrf to
+    Writes `test_hypotheses.txt` into `output_dir` (a multilingual task: one
+    `test_hypotheses.{lang}.txt` per target language), and test_bleu and test_chrf to
     TensorBoard at `step`.
 
     Returns:
       {} without a test set; else test_bleu, test_bleu_text, bleu_signature, test_chrf,
-      chrf_signature, test_beam_size.
+      chrf_signature, test_beam_size. A multilingual task: test_bleu and test_chrf are the
+      means over its target languages, and each language's figures have its suffix
+      (test_bleu_fr, test_bleu_text_fr, test_chrf_fr).
     """
-    pairs = self.data.test_pairs()
-    if not pairs:
+    sets = {lang: pairs for lang, pairs in self.data.test_pairs().items() if pairs}
+    if not sets:
       return {}
     if restore_best and self.best_manager.latest_checkpoint:
       checkpoints.restore(self.best_manager.checkpoint, self.best_manager.latest_checkpoint)
-    sources, references = zip(*pairs)
-    hypotheses = self.translate(list(sources), "test")
-    bleu, signature = metrics.corpus_bleu(hypotheses, list(references))
-    chrf, chrf_signature = metrics.corpus_chrf(hypotheses, list(references))
-    path = os.path.join(output_dir, "test_hypotheses.txt")
-    with files.atomic_file(path) as f:
-      f.write("".join(h + "\n" for h in hypotheses))
+    results = {}
+    for lang, pairs in sets.items():
+      suffix = f"_{lang}" if len(sets) > 1 else ""
+      sources, references = zip(*pairs)
+      hypotheses = self.translate(list(sources), f"test{suffix}")
+      bleu, signature = metrics.corpus_bleu(hypotheses, list(references))
+      chrf, chrf_signature = metrics.corpus_chrf(hypotheses, list(references))
+      path = os.path.join(output_dir, f"test_hypotheses{suffix.replace('_', '.')}.txt")
+      with files.atomic_file(path) as f:
+        f.write("".join(h + "\n" for h in hypotheses))
+      logging.info("test%s: %s, chrF2 %.2f (%s); hypotheses in %s", suffix, bleu, chrf.score,
+                   signature, path)
+      results.update({f"test_bleu{suffix}": bleu.score, f"test_bleu_text{suffix}": str(bleu),
+                      f"test_chrf{suffix}": chrf.score, "bleu_signature": signature,
+                      "chrf_signature": chrf_signature})
+    if len(sets) > 1:
+      for metric in ("test_bleu", "test_chrf"):
+        results[metric] = sum(results[f"{metric}_{lang}"] for lang in sets) / len(sets)
     with self.writer.as_default(step=step):
-      tf.summary.scalar("test_bleu", bleu.score)
-      tf.summary.scalar("test_chrf", chrf.score)
+      for name, value in results.items():
+        if name.startswith(("test_bleu", "test_chrf")) and "text" not in name:
+          tf.summary.scalar(name, value)
     self.writer.flush()
-    logging.info("test: %s, chrF2 %.2f (%s); hypotheses in %s", bleu, chrf.score, signature,
-                 path)
-    return {"test_bleu": bleu.score, "test_bleu_text": str(bleu), "bleu_signature": signature,
-            "test_chrf": chrf.score, "chrf_signature": chrf_signature,
-            "test_beam_size": self.config.eval_beam_size}
+    return {**results, "test_beam_size": self.config.eval_beam_size}

@@ -10,9 +10,10 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from data_pipeline import language_tags
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
-from tf_transformer.config import DecodeConfig
+from tf_transformer.config import DecodeConfig, target_languages
 from tf_transformer.length_batching import align_texts, count_words, score_texts, translate_texts
 from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import Translator
@@ -71,18 +72,38 @@ class TranslationModel:
   search once, at its first use; a SavedModel's is fixed at export but for its strategy
   ("beam" or "sample"), nbest and seed.
 
+  A multilingual model (trained with several target languages) translates into the one a call
+  names (`target_language`), or else into `target_language`: the calls put its token
+  (language_tags.py) before each source, as training did, for a SavedModel too.
+
   Attributes:
     path: the folder loaded.
     is_saved_model: whether it is a SavedModel.
     decode_config: the search when a call changes none (a SavedModel's: its export's).
+    languages: the target languages the model was trained on.
+    target_language: a multilingual model's language when a call names none, or None.
   """
 
-  def __init__(self, path: str, is_saved_model: bool, decode_config, functions_for: Callable):
+  def __init__(self, path: str, is_saved_model: bool, decode_config, functions_for: Callable,
+               languages: tuple[str, ...] = ("de",), target_language: str | None = None):
     """functions_for: fn(config.DecodeConfig) -> InferenceFunctions of that search."""
     self.path = path
     self.is_saved_model = is_saved_model
     self.decode_config = decode_config
     self._functions_for = functions_for
+    self.languages = tuple(languages)
+    self.target_language = target_language
+
+  def _tagged(self, sources: list[str], target_language: str | None) -> list[str]:
+    """`sources` as the model reads them: a multilingual model's with the token of
+    `target_language` (None: the model's `target_language`) before each one.
+
+    Raises:
+      LanguageError: a language the model was not trained on, or none for a multilingual one.
+    """
+    lang = language_tags.choose(target_language or self.target_language, self.languages,
+                                self.path)
+    return language_tags.tagged(sources, lang) if lang else sources
 
   def search_config(self, **search) -> DecodeConfig:
     """`decode_config` with the fields of `search` that are not None replaced.
@@ -118,7 +139,7 @@ class TranslationModel:
 
   def translate(self, sources, *, nbest: int = 1, target_prefix=None,
                 batch_size: int | None = 64, batch_tokens: int | None = None, progress=None,
-                first_index: int = 0, **search):
+                first_index: int = 0, target_language: str | None = None, **search):
     """Translates `sources` (a list of str).
 
     Args:
@@ -132,6 +153,7 @@ class TranslationModel:
       progress: optional progress bar, `.update(count done)`.
       first_index: the number of the first source (a sample's seed is the run's seed and its
         sentence's number, so a source gets the same samples in any batch or call).
+      target_language: a multilingual model's output language (see the class).
       search: config.DecodeConfig fields changed for this call (strategy, beam_size, alpha,
         sampling_topk, sampling_topp, sampling_temperature, seed, ...).
 
@@ -140,7 +162,7 @@ class TranslationModel:
     """
     config = self.search_config(nbest=nbest, **search)
     functions = self.functions(config)
-    sources = list(sources)
+    sources = self._tagged(list(sources), target_language)
     prefixes = None
     if target_prefix is not None:
       prefixes = list(target_prefix)
@@ -176,12 +198,13 @@ class TranslationModel:
 
   def score(self, sources, targets, *, alpha: float | None = None,
             batch_size: int | None = 64, batch_tokens: int | None = None,
-            progress=None) -> list[float]:
+            progress=None, target_language: str | None = None) -> list[float]:
     """The log-probability of each target given its source over the length penalty
     ((5 + length) / 6)^alpha, as beam search scores a hypothesis (alpha 0: the plain
     log-probability). Every pair is scored, blank ones too (a blank target is `</s>` alone).
+    A multilingual model's targets are in `target_language` (see the class).
     """
-    sources, targets = list(sources), list(targets)
+    sources, targets = self._tagged(list(sources), target_language), list(targets)
     if len(sources) != len(targets):
       raise ModelDirError(f"{len(sources)} sources but {len(targets)} targets: score takes "
                           "line-aligned pairs")
@@ -190,16 +213,23 @@ class TranslationModel:
                        functions.count_tokens)
 
   def align(self, sources, *, batch_size: int | None = 64, batch_tokens: int | None = None,
-            progress=None, **search):
+            progress=None, target_language: str | None = None, **search):
     """The best translation of each source (beam search) and its hard alignment (see
-    `hard_alignment`); `search` as in `translate`.
+    `hard_alignment`); `search` and `target_language` as in `translate`.
 
     Returns:
       (list of str, list of lists of (source piece, target piece) 0-based index pairs).
     """
     functions = self.functions(self.search_config(**search))
-    return align_texts(functions.align, list(sources), batch_size, progress, batch_tokens,
-                       functions.count_tokens)
+    sources = list(sources)
+    tagged = self._tagged(sources, target_language)
+    texts, alignments = align_texts(functions.align, tagged, batch_size, progress,
+                                    batch_tokens, functions.count_tokens)
+    if tagged is not sources:  # the source pieces of the text, not of the token before it
+      shift = language_tags.TAG_PIECES
+      alignments = [[(source - shift, target) for source, target in pairs if source >= shift]
+                    for pairs in alignments]
+    return texts, alignments
 
 
 class _Scaled:
@@ -228,6 +258,8 @@ def load(path, *, checkpoint: str | None = None, src_lang: str | None = None,
       model = tf_transformer.load("models/multi30k_en_de")
       model.translate(["A dog runs on the beach."], beam_size=4)
       ensemble = tf_transformer.load(["models/run1", "models/run2"])
+      multilingual = tf_transformer.load("models/multi30k_en_multi")
+      multilingual.translate(["A dog runs on the beach."], target_language="fr")
 
   Args:
     path: a model directory (what train writes), an exported SavedModel version folder
@@ -237,7 +269,8 @@ def load(path, *, checkpoint: str | None = None, src_lang: str | None = None,
     checkpoint: a model directory's weights: final (default: the run's choice by dev), best,
       latest, average, ema or a checkpoint path (checkpoints.choose_checkpoint).
     src_lang, tgt_lang: the languages whose subword models a model directory with separate
-      vocabularies reads (default: the ones it was trained with, from its data.json).
+      vocabularies reads (default: the ones it was trained with, from its data.json); a
+      multilingual model's tgt_lang: its output language when a call names none.
     search: config.DecodeConfig fields for a model directory (strategy, beam_size, alpha,
       sampling settings, max_source_length, extra_decode_length, decode_jit); a SavedModel's
       are fixed at export.
@@ -256,7 +289,7 @@ def load(path, *, checkpoint: str | None = None, src_lang: str | None = None,
     if checkpoint is not None or search:
       raise ModelDirError(f"{path}: a SavedModel holds its own weights and search (fixed at "
                           "export); give no checkpoint or search settings")
-    return load_saved_model(path)
+    return load_saved_model(path, tgt_lang)
   model_dir_lib.check_exists(path)
   recorded = model_dir_lib.read_data(path)
   return load_model_dir(paths if len(paths) > 1 else path,
@@ -278,6 +311,8 @@ def load_model_dir(model_dir, src_lang: str, tgt_lang: str, decode_config,
     model, vocabulary, _ = load_ensemble_for_inference(model_dir, src_lang, tgt_lang,
                                                        checkpoint or "final", weights)
     model_dir = ",".join(model_dir)
+  languages = target_languages(model_dir_lib.read_data(model_dir.split(",")[0]).get(
+      "tgt_lang", tgt_lang))
   translators = {}
 
   def functions_for(config):
@@ -295,12 +330,22 @@ def load_model_dir(model_dir, src_lang: str, tgt_lang: str, decode_config,
           lambda texts, side: _count_subwords(translator, texts, side))
     return translators[key]
 
-  return TranslationModel(model_dir, False, decode_config, functions_for)
+  return TranslationModel(model_dir, False, decode_config, functions_for, languages,
+                          _chosen_language(languages, tgt_lang, model_dir))
 
 
-def load_saved_model(saved_model: str) -> TranslationModel:
+def _chosen_language(languages: tuple[str, ...], tgt_lang: str | None, path: str) -> str | None:
+  """A multilingual model's language when a call names none: `tgt_lang` (--tgt_lang) when it
+  names one language, checked; else None (a call must name one)."""
+  if len(languages) == 1 or not tgt_lang or len(target_languages(tgt_lang)) > 1:
+    return None
+  return language_tags.choose(tgt_lang, languages, path)
+
+
+def load_saved_model(saved_model: str, tgt_lang: str | None = None) -> TranslationModel:
   """An exported SavedModel version folder, with the search fixed in it at export; tokens are
-  counted as words (`count_words`: the subword models are in-graph).
+  counted as words (`count_words`: the subword models are in-graph). A multilingual model's
+  default language is `tgt_lang` (see `_chosen_language`).
 
   An older export without a signature (`score`, `align`, `translate_prefix`) fails so only when
   that function is called."""
@@ -332,8 +377,10 @@ def load_saved_model(saved_model: str) -> TranslationModel:
   recorded = _export_settings(saved_model)
   if recorded.get("batching"):
     replay_warmup_requests(saved_model, loaded)
+  languages = target_languages(recorded.get("tgt_lang") or tgt_lang or "de")
   return TranslationModel(saved_model, True, _export_search(recorded, loaded),
-                          lambda config: functions)
+                          lambda config: functions, languages,
+                          _chosen_language(languages, tgt_lang, saved_model))
 
 
 def _export_settings(saved_model: str) -> dict:
@@ -396,7 +443,7 @@ def load_inference(saved_model: str | None, model_dir: str | None, src_lang: str
                         "own weights")
   if model_dir:
     return load_model_dir(model_dir, src_lang, tgt_lang, decode_config, checkpoint)
-  return load_saved_model(saved_model)
+  return load_saved_model(saved_model, tgt_lang)
 
 
 def _count_subwords(translator: Translator, texts: list[str], side: str) -> list[int]:

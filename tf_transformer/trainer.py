@@ -324,7 +324,8 @@ class Trainer:
     results = {"step": self.step, "best_dev_bleu": float(self.evaluator.best_bleu.numpy())}
     if self.config.train_minutes:
       results["trained_minutes"] = round(self.clock.elapsed() / 60, 2)
-    chosen = self.is_chief and self.evaluator.data.dev_pairs(self.config.eval_sentences)
+    chosen = self.is_chief and any(self.evaluator.data.dev_pairs(
+        self.config.eval_sentences).values())
     if chosen:
       results.update(self._choose_final_weights())
     results.update(self.evaluator.test(self.write_dir, self.step, restore_best=not chosen))

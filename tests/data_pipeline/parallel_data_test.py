@@ -36,8 +36,9 @@ def test_parallel_data_trains_then_reuses_model(data_dir, tmp_path):
   assert os.path.isfile(model_path)
   assert data.vocabulary.source is data.vocabulary.target
   assert data.train_corpora == [(str(data_dir / "train.en"), str(data_dir / "train.de"),
-                                 corpora.CorpusScan(150, 0, ()))]
-  assert data.dev_paths == (str(data_dir / "val.en.gz"), str(data_dir / "val.de.gz"))
+                                 corpora.CorpusScan(150, 0, ()), "de")]
+  assert data.dev_sets == {"de": (str(data_dir / "val.en.gz"), str(data_dir / "val.de.gz"),
+                                  corpora.CorpusScan(20, 0, ()))}
   mtime = os.stat(model_path).st_mtime_ns
   size = data.vocabulary.source_size
 
@@ -47,12 +48,13 @@ def test_parallel_data_trains_then_reuses_model(data_dir, tmp_path):
   assert sorted(os.listdir(model_dir)) == ["spm.joint.model"]
 
   dev_pairs = again.dev_pairs()
-  assert len(dev_pairs) == 20 and len(again.dev_pairs(limit=3)) == 3
+  assert list(dev_pairs) == ["de"]
+  assert len(dev_pairs["de"]) == 20 and len(again.dev_pairs(limit=3)["de"]) == 3
   dev_examples = sum(s.shape[0] for s, _, _ in again.dev_batches().as_numpy_iterator())
   assert dev_examples == 20
   source, target_input, target = next(iter(again.train_batches(seed=1)))
   assert source.shape[0] * source.shape[1] <= config.batch_tokens
-  assert again.test_pairs() == []
+  assert again.test_pairs() == {}
 
 
 def test_parallel_data_unshared(data_dir, tmp_path):
@@ -61,8 +63,8 @@ def test_parallel_data_unshared(data_dir, tmp_path):
                               spm_model_type="bpe"), model_dir)
   assert sorted(os.listdir(model_dir)) == ["spm.de.model", "spm.en.model"]
   assert data.vocabulary.source is not data.vocabulary.target
-  assert data.dev_batches() is None and data.dev_pairs() == []
-  assert len(data.test_pairs()) == 20
+  assert data.dev_batches() is None and data.dev_pairs() == {}
+  assert len(data.test_pairs()["de"]) == 20
 
 
 def test_parallel_data_mismatched_train(data_dir, tmp_path):

@@ -39,8 +39,9 @@ def _rows(ids: np.ndarray) -> list[tuple[int, ...]]:
 def _segmentations(data, batches: int) -> dict[str, set]:
   """{source text: its distinct source segmentations} over `batches` training batches, each
   row's text checked to detokenize to a corpus sentence, its target too."""
-  sentences = {s for s, _ in data.dev_pairs()}
-  targets = {t for _, t in data.dev_pairs()}
+  (dev,) = data.dev_pairs().values()
+  sentences = {s for s, _ in dev}
+  targets = {t for _, t in dev}
   seen = collections.defaultdict(set)
   for source, _, target in data.train_batches(seed=1).take(batches).as_numpy_iterator():
     source_texts = [t.decode() for t in data.vocabulary.source.detokenize(source).numpy()]

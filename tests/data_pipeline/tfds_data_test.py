@@ -55,8 +55,8 @@ def test_workers_read_disjoint_shares_covering_the_train_split(built, tmp_path):
   assert len(shares[0] | shares[1]) == 300
   batch = next(iter(data.train_batches(seed=1, num_shards=2, shard=1)))
   assert len(batch) == 3 and batch[0].dtype == tf.int32
-  assert len(data.dev_pairs()) == 20 and len(data.dev_pairs(limit=5)) == 5
-  assert len(data.test_pairs()) == 10
+  assert len(data.dev_pairs()["tgt"]) == 20 and len(data.dev_pairs(limit=5)["tgt"]) == 5
+  assert len(data.test_pairs()["tgt"]) == 10
 
 
 def test_training_splits_are_drawn_from_by_weight(built, tmp_path):

@@ -14,8 +14,8 @@ from tf_transformer import config
 from tf_transformer.bin import shared_flags
 
 MODEL_PRESETS = ("base", "big", "small", "tiny")
-TASK_PRESETS = ("multi30k_en_de", "multi30k_de_en", "iwslt15_en_vi", "iwslt15_vi_en",
-                "iwslt17_en_de", "ja_vi")
+TASK_PRESETS = ("multi30k_en_de", "multi30k_de_en", "multi30k_en_multi", "iwslt15_en_vi",
+                "iwslt15_vi_en", "iwslt17_en_de", "ja_vi")
 
 
 def test_every_flagfile_is_covered():
@@ -59,15 +59,17 @@ def test_task_preset_composes_a_model_preset_and_builds_configs(name):
 
 
 @pytest.mark.parametrize("name, folder", [("multi30k_en_de", "multi30k"),
-                                          ("multi30k_de_en", "multi30k")])
+                                          ("multi30k_de_en", "multi30k"),
+                                          ("multi30k_en_multi", "multi30k")])
 def test_shipped_corpora_are_found_and_valid(name, folder):
   data_dir = testutil.shared_data(folder)
   testutil.parse_flags(name, f"--data_dir={data_dir}")
   c = shared_flags.data_config_from_flags()
   for prefix in (c.train_prefix, c.dev_prefix, c.test_prefix):
-    paths = [corpora.find_corpus_file(data_dir, prefix, lang) for lang in (c.src_lang, c.tgt_lang)]
-    scan = corpora.scan_parallel(*paths)
-    assert scan.num_lines > 0 and not scan.bad_lines
+    for tgt_lang in c.tgt_langs:
+      paths = [corpora.find_corpus_file(data_dir, prefix, lang) for lang in (c.src_lang, tgt_lang)]
+      scan = corpora.scan_parallel(*paths)
+      assert scan.num_lines > 0 and not scan.bad_lines
 
 
 def test_flag_errors_name_the_flag():

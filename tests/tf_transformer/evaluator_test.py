@@ -15,7 +15,8 @@ from tf_transformer.evaluator import Evaluator
 def _evaluator(tiny_model_dir, tmp_path, test_pairs=(), **train_flags):
   model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "src", "tgt")
   data = types.SimpleNamespace(vocabulary=vocabulary, dev_batches=lambda: None,
-                               dev_pairs=lambda limit: [], test_pairs=lambda: list(test_pairs))
+                               dev_pairs=lambda limit: {},
+                               test_pairs=lambda: {"tgt": list(test_pairs)})
   config = TrainConfig(model_dir=str(tmp_path), eval_beam_size=1, **train_flags)
   return model, Evaluator(model, data, config, DecodeConfig(), str(tmp_path / "best"),
                           tf.summary.create_noop_writer())

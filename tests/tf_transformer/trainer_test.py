@@ -48,7 +48,7 @@ def test_tiny_preset_learns_to_reverse(tmp_path):
   dev = run.evaluator.evaluate(run.step)
   assert dev["accuracy"] >= 0.95, dev
   # the best checkpoint (restored by train) greedy-decodes unseen sentences
-  pairs = run.evaluator.data.test_pairs()
+  pairs = run.evaluator.data.test_pairs()["tgt"]
   outputs = run.evaluator.translate([source for source, _ in pairs])
   correct = sum(output == reference for output, (_, reference) in zip(outputs, pairs))
   wrong = [(o, r) for o, (_, r) in zip(outputs, pairs) if o != r]
@@ -63,7 +63,7 @@ def test_tiny_preset_learns_to_reverse(tmp_path):
           "translations"} <= set(logged)
   # each evaluation (every 100 steps, and the test's own above) shows the first four dev
   # sentences with their references and outputs
-  first_dev = run.evaluator.data.dev_pairs(4)
+  first_dev = run.evaluator.data.dev_pairs(4)["tgt"]
   assert [step for step, _ in logged["translations"]] == [*range(100, 801, 100), 800]
   for _, text in logged["translations"]:
     shown = text.decode().split("\n\n")
@@ -301,7 +301,7 @@ class _ScriptedEvaluator:
     self.bleu_by_weight = bleu_by_weight
     self.best_bleu = tf.Variable(10.0)
     self.writer = tf.summary.create_noop_writer()
-    self.data = types.SimpleNamespace(dev_pairs=lambda count: [("aa bb", "bb aa")] * 3)
+    self.data = types.SimpleNamespace(dev_pairs=lambda count: {"tgt": [("aa bb", "bb aa")] * 3})
     self.scored, self.tested = [], []
 
   def dev_bleu(self):

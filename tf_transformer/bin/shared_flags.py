@@ -37,14 +37,19 @@ flags.DEFINE_string("dataset", "",
                     "--data_dir; its train/validation/test splits are used.")
 flags.DEFINE_string("tfds_data_dir", None, "Where TFDS datasets are stored (default: TFDS's).")
 flags.DEFINE_string("src_lang", "en", "Source language suffix of the corpus files.")
-flags.DEFINE_string("tgt_lang", "de", "Target language suffix of the corpus files.")
+flags.DEFINE_string("tgt_lang", "de",
+                    "Target language suffix of the corpus files. Training: several, "
+                    "comma-separated (de,fr,cs), train one multilingual model whose sources "
+                    "carry a target-language token; translating with it: the one to translate "
+                    "into.")
 flags.DEFINE_string("train_prefix", "train",
                     "Training corpus: {data_dir}/{train_prefix}.{lang} (with --dataset: a split); "
                     "several, comma-separated, are drawn from by --train_weights.")
 flags.DEFINE_list("train_weights", [],
                   "With several --train_prefix corpora: each one's share of the training pairs "
                   "(numbers >= 0, any scale; each corpus repeats on its own). Default: in "
-                  "proportion to their sizes, as if concatenated.")
+                  "proportion to their sizes, as if concatenated. With several --tgt_lang, one "
+                  "per language and corpus, each language's corpora in turn.")
 flags.DEFINE_string("dev_prefix", "val", "Dev corpus (loss, BLEU, best checkpoint).")
 flags.DEFINE_string("test_prefix", None, "Test corpus, scored once after training.")
 _integer("max_length", 100,
@@ -229,8 +234,10 @@ def data_config_from_flags() -> config.DataConfig:
     weights = tuple(float(weight) for weight in FLAGS.train_weights)
   except ValueError:
     weights = (math.nan,)
-  problem = config.train_weights_problem(weights, len(FLAGS.train_prefix.split(",")),
-                                         prefix_name="--train_prefix")
+  languages = len(config.target_languages(FLAGS.tgt_lang))
+  problem = config.train_weights_problem(
+      weights, len(FLAGS.train_prefix.split(",")) * languages,
+      prefix_name="--train_prefix" if languages == 1 else "--tgt_lang x --train_prefix")
   _require(not problem, f"--train_weights must be {problem}, got {','.join(FLAGS.train_weights)!r}")
   return _from_flags(config.DataConfig, train_weights=weights)
 
