@@ -17,7 +17,9 @@ length, as ../shared/bench/peers/hf_ct2_decode.py does), for each beam size in -
     a request's shortlist holds lexical candidates as a real one does; "saved_model_ensemble2":
     an ensemble of this model and a second one of the same dims, one search over both;
     "saved_model_sample": its `sample` signature, a random sample of the whole distribution a
-    sentence, timed with the beam-1 rows);
+    sentence, timed with the beam-1 rows; "saved_model_constrained": its
+    `translate_constrained` signature, each sentence with --constraint_words terms, each a
+    random word of the target vocabulary, which its outputs must contain);
   - "ct2": the same model exported to CTranslate2 (export/ct2_spec.py), float32, on
     --ct2_threads threads, on the same subword pieces: CTranslate2 on exactly our weights
     ("ct2_int8": its int8 compute type, the weights quantised when loaded).
@@ -48,8 +50,10 @@ flags.DEFINE_list("beams", ["4", "1"], "Beam sizes.")
 flags.DEFINE_list("paths", ["function", "function_jit", "saved_model"],
                   "What to time: function, function_jit, saved_model, saved_model_graph, "
                   "saved_model_bfloat16, saved_model_int8, saved_model_shortlist, "
-                  "saved_model_int8_shortlist, saved_model_ensemble2, saved_model_sample, ct2, "
-                  "ct2_int8.")
+                  "saved_model_int8_shortlist, saved_model_ensemble2, saved_model_sample, "
+                  "saved_model_constrained, ct2, ct2_int8.")
+flags.DEFINE_integer("constraint_words", 2, "Terms a sentence of saved_model_constrained.",
+                     lower_bound=1)
 flags.DEFINE_integer("repeats", 2, "Timed passes per (path, beam).")
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_decode_bench", "Subword model, exports.")
 flags.DEFINE_string("profile_dir", "", "Trace the timed passes there; print time by op type.")
@@ -86,6 +90,18 @@ def _random_lexicon(rng, source_size, target_size, pairs=20_000):
   blocks = ((ragged(source_size, FLAGS.min_src, FLAGS.max_src),
              ragged(target_size, FLAGS.tgt_len, FLAGS.tgt_len)) for _ in range(pairs // 1000))
   return lexical_shortlist.build(blocks, source_size, target_size, FLAGS.shortlist_per_source)
+
+
+def _random_terms(vocabulary, rng, text_batches):
+  """For each batch of texts, string [B] constraints: --constraint_words random words of the
+  target vocabulary (its pieces that begin a word) a sentence, tab-separated."""
+  import tensorflow as tf
+
+  pieces = [p.decode() for p in vocabulary.target.id_to_string(
+      tf.range(vocabulary.target_size)).numpy()]
+  words = [p[1:] for p in pieces if p.startswith("\u2581") and len(p) > 1]
+  return [tf.constant(["\t".join(rng.choice(words, FLAGS.constraint_words, replace=False))
+                       for _ in range(int(tf.size(texts)))]) for texts in text_batches]
 
 
 def _timed(run_pass):
@@ -188,7 +204,8 @@ def main(argv):
         ("saved_model_shortlist", True, "float32", True, 1),
         ("saved_model_int8_shortlist", True, "int8", True, 1),
         ("saved_model_ensemble2", True, "float32", False, 2),
-        ("saved_model_sample", True, "float32", False, 1)):
+        ("saved_model_sample", True, "float32", False, 1),
+        ("saved_model_constrained", True, "float32", False, 1)):
       sampling = path == "saved_model_sample"
       if path in FLAGS.paths and (beam == 1 or not sampling):
         shortlist = {}
@@ -209,6 +226,12 @@ def main(argv):
           times = _timed(lambda: [sample(inputs=texts, seed=tf.range(tf.size(texts),
                                                                      dtype=tf.int64))
                                   ["outputs"].numpy() for texts in text_batches])
+        elif path == "saved_model_constrained":
+          constrained = signatures["translate_constrained"]
+          terms = _random_terms(vocabulary, rng, text_batches)
+          times = _timed(lambda: [constrained(inputs=texts, constraints=batch_terms)
+                                  ["outputs"].numpy()
+                                  for texts, batch_terms in zip(text_batches, terms)])
         else:
           serve = signatures["serving_default"]
           times = _timed(lambda: [serve(inputs=texts)["outputs"].numpy()

@@ -1,8 +1,19 @@
 """A translation task's data: validated corpora, its subword vocabulary and its pipelines."""
 
+from typing import NamedTuple
+
 from absl import logging
 
 from data_pipeline import corpora, language_tags, pipeline, tokenizer
+
+
+class Corpus(NamedTuple):
+  """One training corpus: `source` and `target` paths, their `scan` (corpora.CorpusScan) and the
+  target language."""
+  source: str
+  target: str
+  scan: corpora.CorpusScan
+  lang: str
 
 
 class ParallelData:
@@ -20,13 +31,12 @@ class ParallelData:
     self.config = config
     c = config
     self.multilingual = len(c.tgt_langs) > 1
-    # (source path, target path, scan, target language) of each training corpus, each
-    # language's in --train_prefix's order
+    # each target language's training corpora, in --train_prefix's order
     self.train_corpora = []
     for lang in c.tgt_langs:
       for prefix in c.train_prefixes:
         paths = self._find(prefix, lang)
-        self.train_corpora.append((*paths, self._scan("train", paths), lang))
+        self.train_corpora.append(Corpus(*paths, self._scan("train", paths), lang))
     # (source path, target path, scan) of each target language's dev set
     self.dev_sets = {}
     if c.dev_prefix:
@@ -36,7 +46,7 @@ class ParallelData:
     self.test_paths = ({lang: self._find(c.test_prefix, lang) for lang in c.tgt_langs}
                        if c.test_prefix else {})
     self.train_weights = self._weights()
-    if sum(self._usable_lines(corpus[2]) for corpus in self.train_corpora) <= 0:
+    if sum(self._usable_lines(corpus.scan) for corpus in self.train_corpora) <= 0:
       self._nothing_left()  # before SentencePiece, which cannot train on nothing
     self.vocabulary = self._build_vocabulary(model_dir)
     kept, too_long = pipeline.count_examples(self.train_pairs(), self.vocabulary, c.max_length)
@@ -55,21 +65,21 @@ class ParallelData:
     if len(self.train_corpora) == 1:
       return (1.0,)
     weights = self.config.train_weights or tuple(
-        float(self._usable_lines(corpus[2])) for corpus in self.train_corpora)
-    for (source, target, scan, _), weight in zip(self.train_corpora, weights):
-      if weight > 0 and self._usable_lines(scan) <= 0:
+        float(self._usable_lines(corpus.scan)) for corpus in self.train_corpora)
+    for corpus, weight in zip(self.train_corpora, weights):
+      if weight > 0 and self._usable_lines(corpus.scan) <= 0:
         # a multilingual task's source files are each language's: its target names the corpus
-        name = target if self.multilingual else source
+        name = corpus.target if self.multilingual else corpus.source
         raise corpora.CorpusError(f"{name}: no usable pair, but its --train_weights is "
                                   f"{weight:g}")
     total = sum(weights)
     logging.info("train: corpora drawn from by shares %s", ", ".join(
-        f"{corpus[1]} {weight / total:.3f}" for corpus, weight in zip(self.train_corpora,
+        f"{corpus.target} {weight / total:.3f}" for corpus, weight in zip(self.train_corpora,
                                                                       weights)))
     return tuple(weight / total for weight in weights)
 
   def _nothing_left(self):
-    raise corpora.CorpusError(f"{self.train_corpora[0][0]}: no pair left for training (all "
+    raise corpora.CorpusError(f"{self.train_corpora[0].source}: no pair left for training (all "
                               f"empty, invalid or over --max_length={self.config.max_length})")
 
   def _find(self, prefix, lang):
@@ -84,14 +94,15 @@ class ParallelData:
     return scan
 
   def _build_vocabulary(self, model_dir):
-    sides = {"both": (0, 1), "source": (0,), "target": (1,)}
+    sides = {"both": ("source", "target"), "source": ("source",), "target": ("target",)}
 
     def sentences(side):
       read = set()  # a source file shared by several target languages is read once
       for corpus in self.train_corpora:
-        paths = [corpus[index] for index in sides[side] if corpus[index] not in read]
+        paths = [getattr(corpus, name) for name in sides[side]]
+        paths = [path for path in paths if path not in read]
         read.update(paths)
-        yield from corpora.iterate_sentences(paths, corpus[2].bad_lines)
+        yield from corpora.iterate_sentences(paths, corpus.scan.bad_lines)
 
     return tokenizer.ensure_vocabulary(model_dir, self.config, sentences)
 
@@ -99,9 +110,9 @@ class ParallelData:
     """A multilingual model's pairs get `lang`'s token before each source."""
     return language_tags.tag_sources(pairs, lang) if self.multilingual else pairs
 
-  def _corpus_pairs(self, corpus):
-    source, target, scan, lang = corpus
-    return self._tagged(pipeline.text_pairs(source, target, skip_lines=scan.bad_lines), lang)
+  def _corpus_pairs(self, corpus: Corpus):
+    pairs = pipeline.text_pairs(corpus.source, corpus.target, skip_lines=corpus.scan.bad_lines)
+    return self._tagged(pairs, corpus.lang)
 
   def train_pairs(self):
     """tf.data of the training (source, target) strings, every corpus once, in order."""
@@ -119,7 +130,7 @@ class ParallelData:
         pairs = pairs.shard(num_shards, shard)
       # a buffer over the corpus's size shuffles alike, but every checkpoint of the iterator
       # writes each of its empty slots (26 MB and a second per save for the default 100,000)
-      streams.append((pairs, min(c.shuffle_buffer, corpus[2].num_lines)))
+      streams.append((pairs, min(c.shuffle_buffer, corpus.scan.num_lines)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
                                   self.train_weights, c.subword_alpha, c.subword_nbest_size)
 

@@ -128,22 +128,22 @@ class TfdsData:
     return pipeline.eval_batches(self._pairs(DEV), self.vocabulary, c.max_length,
                                  c.batch_tokens)
 
-  def _as_text(self, split, limit: int = 0):
+  def _as_text(self, split, limit: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """{target language: the first `limit` (0: all) pairs of `split`}, {} without the split."""
     if split not in self.splits:
-      return []
+      return {}
     pairs = tfds.as_numpy(self._pairs(split))
-    return [(s.decode("utf-8"), t.decode("utf-8"))
-            for s, t in itertools.islice(pairs, limit or None)]
+    pairs = [(s.decode("utf-8"), t.decode("utf-8"))
+             for s, t in itertools.islice(pairs, limit or None)]
+    return {self.config.tgt_lang: pairs} if pairs else {}
 
   def dev_pairs(self, limit: int = 0) -> dict[str, list[tuple[str, str]]]:
     """{target language: the first `limit` (0: all) dev pairs}, {} without a dev split."""
-    pairs = self._as_text(DEV, limit)
-    return {self.config.tgt_lang: pairs} if pairs else {}
+    return self._as_text(DEV, limit)
 
   def test_pairs(self) -> dict[str, list[tuple[str, str]]]:
     """{target language: every test pair}, {} without a test split."""
-    pairs = self._as_text(TEST)
-    return {self.config.tgt_lang: pairs} if pairs else {}
+    return self._as_text(TEST)
 
 
 def build_dataset(splits: dict, name: str, out: str, src_lang: str, tgt_lang: str,

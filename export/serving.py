@@ -43,6 +43,10 @@ def _warmup_log(signature_name: str, specs, texts):
       model_spec=model_pb2.ModelSpec(signature_name=signature_name))
   for spec in specs:
     values = texts if spec.dtype == tf.string else list(range(len(texts)))
+    if spec.name == "constraints":
+      # none: a constrained search's compiled shapes are the export's (max_constraint_tokens),
+      # whatever the constraints, and a phrase might not fit an export's length limit
+      values = [""] * len(texts)
     request.inputs[spec.name].CopyFrom(tf.make_tensor_proto(values, dtype=spec.dtype))
   return prediction_log_pb2.PredictionLog(
       predict_log=prediction_log_pb2.PredictLog(request=request))

@@ -236,6 +236,23 @@ ROWS = {
     "unwritable --output": translate(
         "--input={d}/train.src", "--output={d}/train.src/out.txt",
         message="error: {d}/train.src/out.txt: Not a directory"),
+    "--constraints with an empty phrase": translate(
+        "--constraints={d}/terms.txt", stdin=b"aa\nbb\n",
+        prepare=write("terms.txt", b"\ncc\t\tdd\n"),
+        message="error: {d}/terms.txt:2: '' is not a phrase (empty, or with a tab or line "
+                "break)"),
+    "--constraints longer than the output": translate(
+        "--constraints={d}/terms.txt", stdin=b"aa\n",
+        prepare=write("terms.txt", b"bb cc dd ee ff gg hh ii jj kk\n"),
+        message="error: {d}/terms.txt:1: more subword pieces to include (with the prefix and "
+                "the end of the sentence) than the length limit of the output"),
+    "--constraints not line-aligned": translate(
+        "--constraints={d}/terms.txt", stdin=b"aa\nbb\n", prepare=write("terms.txt", b"cc\n"),
+        message="error: {d}/terms.txt has 1 lines but <stdin> has 2; they must be line-aligned"),
+    "--constraints with --strategy=sample": translate(
+        "--constraints={d}/terms.txt", "--strategy=sample", stdin=b"aa\n",
+        prepare=write("terms.txt", b"cc\n"),
+        message="error: --constraints need a beam search, not --strategy=sample"),
     # ------------------------------------------------------------------ export
     **{f"export --{name}={value}": export(
         f"--{name}={value}", message=f"error: flag --{name}={value}: {reason} (see --helpfull)")

@@ -7,6 +7,7 @@ return a shorter output than plain greedy decoding when that one scores better.
 
 import tensorflow as tf
 
+from tf_transformer import lexical_constraints
 from tf_transformer.layers.attention_bias import large_negative
 
 # finite: -inf * 0 is NaN when a masked score meets a zero length penalty
@@ -181,6 +182,88 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
   return top_ids, top_log_probs, top_tokens, top_beams, cache
 
 
+def _grow_constrained(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache,
+                      state, constraints, limits, *, batch, beam_size: int, eos_id: int,
+                      min_decode_length, buffer_length, prefix_ids=None,
+                      gives_log_probs: bool = False):
+  """`_grow_alive` under lexical constraints: the candidates are the 2K best extensions of a
+  sentence, each live hypothesis's best extension, and each live hypothesis extended by each
+  constraint token it may meet next (lexical_constraints.allowed_tokens), M = 3K + K * C in
+  all (Post & Vilar's three kinds).
+
+  EOS is masked until a hypothesis has met every positive token, a token that completes a
+  negative phrase always; a candidate is dropped (NEG_INF) when it repeats another or leaves
+  more tokens to meet than its sentence has places left before EOS.
+
+  Args (beyond `_grow_alive`'s):
+    state: lexical_constraints.State of the live hypotheses ([B, K, C], [B, K], [B, K]).
+    constraints: lexical_constraints.Constraints of the batch.
+    limits: int32 [B], each sentence's maximum length (EOS included).
+
+  Returns:
+    top_ids: int32 [B, M, L]; top_log_probs: float32 [B, M] (NEG_INF: dropped); top_tokens,
+    top_beams: int32 [B, M]; the candidates' lexical_constraints.State ([B, M, C], [B, M] x 2);
+    cache as `_grow_alive`'s.
+  """
+  k = beam_size
+  logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
+  logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
+  vocab_size = tf.shape(logits)[-1]
+  unmet = lexical_constraints.unmet(constraints, state)  # -> [B, K]
+  no_eos = tf.reshape((unmet > 0) | (step + 1 < min_decode_length), [-1, 1])
+  is_eos = tf.equal(tf.range(vocab_size), eos_id)[tf.newaxis]
+  allowed = tf.where(no_eos & is_eos, NEG_INF, logits)
+  allowed = lexical_constraints.banned_logits(allowed, constraints, alive_ids, step, k)
+  allowed = lexical_constraints.after_phrase_logits(allowed, constraints, state)
+  if prefix_ids is not None:
+    allowed = force_prefix(allowed, prefix_ids, step, k)
+  normaliser = 0.0
+  if not gives_log_probs:
+    normaliser = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)  # -> [B * K, 1]
+  per_row = min(2 * k, logits.shape[-1] or 2 * k)
+  row_logits, row_tokens = top_k_rows(allowed, per_row)  # -> [B * K, 2K]
+  log_probs = _unflatten_beam(row_logits - normaliser, batch, k)  # -> [B, K, 2K]
+  log_probs += alive_log_probs[:, :, tf.newaxis]
+  best_log_probs, best = tf.math.top_k(tf.reshape(log_probs, [batch, -1]), k=2 * k)
+  best_beams = best // per_row
+  best_tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), best, batch_dims=1)
+  # each live hypothesis's own best next token: the 2K best of a sentence may all extend the
+  # likeliest hypotheses, and a hypothesis of a bank that met more tokens would die out
+  own_log_probs = log_probs[:, :, 0]  # -> [B, K]
+  own_tokens = tf.reshape(row_tokens[:, 0], [batch, k])
+  # each live hypothesis followed by each constraint token: [B, K, C] -> [B, K * C]
+  count = tf.shape(constraints.tokens)[1]
+  tokens = tf.broadcast_to(constraints.tokens[:, tf.newaxis], [batch, k, count])
+  normalised = _unflatten_beam(allowed - normaliser, batch, k)  # -> [B, K, V]
+  met_log_probs = tf.gather(normalised, tokens, batch_dims=2) + alive_log_probs[:, :, tf.newaxis]
+  met_log_probs = tf.where(lexical_constraints.allowed_tokens(constraints, state),
+                           met_log_probs, NEG_INF)
+  met_beams = tf.broadcast_to(tf.range(k)[:, tf.newaxis], [k, count])
+  top_log_probs = tf.concat([best_log_probs, own_log_probs,
+                             tf.reshape(met_log_probs, [batch, -1])], axis=1)
+  top_tokens = tf.concat([best_tokens, own_tokens, tf.reshape(tokens, [batch, -1])], axis=1)
+  top_beams = tf.concat([best_beams, tf.broadcast_to(tf.range(k), [batch, k]),
+                         tf.broadcast_to(tf.reshape(met_beams, [1, -1]), [batch, k * count])],
+                        axis=1)
+  valid = top_log_probs > NEG_INF / 2  # -> [B, M]
+  # a constraint token among a hypothesis's 2K best, or in two of its phrases: one candidate
+  key = top_beams * vocab_size + top_tokens
+  places = tf.range(tf.shape(key)[1])
+  earlier = places[tf.newaxis, :] < places[:, tf.newaxis]  # -> [M, M]: j before i
+  repeats = tf.reduce_any(tf.equal(key[:, :, tf.newaxis], key[:, tf.newaxis, :])
+                          & earlier & valid[:, tf.newaxis, :], axis=-1)
+  parent_state = lexical_constraints.State(*(_gather_beams(t, top_beams) for t in state))
+  new_state = lexical_constraints.advance(constraints, parent_state, top_tokens)
+  # places left for tokens before EOS, after this one (a hypothesis cut at its limit must
+  # have met every token by then too)
+  places_left = tf.maximum(limits - 2 - step, 0)[:, tf.newaxis]
+  fits = lexical_constraints.unmet(constraints, new_state) <= places_left
+  top_log_probs = tf.where(valid & tf.logical_not(repeats) & fits, top_log_probs, NEG_INF)
+  position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
+  top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
+  return top_ids, top_log_probs, top_tokens, top_beams, new_state, cache
+
+
 def _choose_alive(top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch,
                   beam_size: int):
   """The K best candidates that did not end: the new live hypotheses.
@@ -202,8 +285,18 @@ def _choose_alive(top_ids, top_log_probs, top_tokens, top_beams, ends, cache, ba
     cache: nested structure of [B * K, ...] tensors, in their order.
   """
   alive_candidates = tf.where(ends, NEG_INF, top_log_probs)
-  alive_log_probs, keep = tf.math.top_k(alive_candidates, k=beam_size)  # -> [B, K]
+  _, keep = tf.math.top_k(alive_candidates, k=beam_size)  # -> [B, K]
+  return _take_alive(keep, top_ids, alive_candidates, top_tokens, top_beams, cache, batch,
+                     beam_size)
+
+
+def _take_alive(keep, top_ids, top_log_probs, top_tokens, top_beams, cache, batch,
+                beam_size: int):
+  """The candidates `keep` (int32 [B, K] indices into M) as the new live hypotheses: their
+  last tokens [B, K], tokens [B, K, L], log-probabilities [B, K] (`top_log_probs` with NEG_INF
+  at the candidates that ended) and cache (candidates as in `_choose_alive`, M of them)."""
   alive_ids = _gather_beams(top_ids, keep)
+  alive_log_probs = _gather_beams(top_log_probs, keep)
   last_ids = _gather_beams(top_tokens, keep)
   parents = _gather_beams(top_beams, keep)  # -> [B, K], indices into the old K
   cache = tf.nest.map_structure(  # [B * K, ...] -> [B, K, ...] -> [B * K, ...]
@@ -275,7 +368,7 @@ def _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, 
 
 def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int, alpha: float,
                 max_decode_length, eos_id: int, min_decode_length=0, buffer_length=None,
-                prefix_ids=None, gives_log_probs: bool = False):
+                prefix_ids=None, gives_log_probs: bool = False, constraints=None):
   """Finds the `beam_size` best sequences under a GNMT-normalized log-probability.
 
   Every step expands each live hypothesis, keeps the 2K best extensions (at most K of them end
@@ -305,6 +398,10 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
       than its sentence's limit is cut there.
     gives_log_probs: symbols_to_logits_fn gives the log-probabilities to score with (an
       ensemble's weighted mean of log-softmax, not renormalised), not logits to normalise.
+    constraints: optional lexical_constraints.Constraints: every hypothesis returned contains
+      each positive phrase of its sentence and no negative one (dynamic beam allocation, see
+      lexical_constraints). The positive tokens must fit before each sentence's limit (the
+      caller checks); a sentence whose hypotheses cannot meet them gets scores below NEG_INF / 2.
 
   Returns:
     ids: int32 [B, K, L], the tokens of each hypothesis, best first; EOS included, then 0s.
@@ -319,7 +416,7 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
   k = beam_size
 
   def not_done(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
-               finished_scores):
+               finished_scores, lexical):
     done = _sentences_done(step, limits, alive_log_probs, finished_scores, alpha)
     return tf.logical_not(tf.reduce_all(done))
 
@@ -329,27 +426,42 @@ def beam_search(symbols_to_logits_fn, initial_ids, initial_cache, beam_size: int
                                  step_once(*state), state)
 
   def step_once(step, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
-                finished_scores):
+                finished_scores, lexical):
     frozen = step >= limits  # [B]: these sentences keep their hypotheses as they are
-    old = (alive_ids, alive_log_probs, finished_ids, finished_scores)
-    top_ids, top_log_probs, top_tokens, top_beams, cache = _grow_alive(
-        symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, batch=batch,
-        beam_size=k, eos_id=eos_id, min_decode_length=min_decode_length,
-        buffer_length=buffer_length, prefix_ids=prefix_ids, gives_log_probs=gives_log_probs)
+    old = (alive_ids, alive_log_probs, finished_ids, finished_scores, *lexical)
+    grow = dict(batch=batch, beam_size=k, eos_id=eos_id, min_decode_length=min_decode_length,
+                buffer_length=buffer_length, prefix_ids=prefix_ids,
+                gives_log_probs=gives_log_probs)
+    if constraints is None:
+      top_ids, top_log_probs, top_tokens, top_beams, cache = _grow_alive(
+          symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, **grow)
+    else:
+      top_ids, top_log_probs, top_tokens, top_beams, top_lexical, cache = _grow_constrained(
+          symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, lexical,
+          constraints, limits, **grow)
     # a candidate masked out (a forced step, or EOS before min_decode_length) only fills the 2K
     # places: it never counts as finished
     ends = tf.equal(top_tokens, eos_id) & (top_log_probs > NEG_INF / 2)
-    last_ids, alive_ids, alive_log_probs, cache = _choose_alive(
-        top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch, k)
+    if constraints is None:
+      last_ids, alive_ids, alive_log_probs, cache = _choose_alive(
+          top_ids, top_log_probs, top_tokens, top_beams, ends, cache, batch, k)
+    else:
+      alive_candidates = tf.where(ends, NEG_INF, top_log_probs)
+      keep = lexical_constraints.banked_top_k(alive_candidates,
+                                              lexical_constraints.met_count(top_lexical), k)
+      last_ids, alive_ids, alive_log_probs, cache = _take_alive(
+          keep, top_ids, alive_candidates, top_tokens, top_beams, cache, batch, k)
+      lexical = lexical_constraints.State(*(_gather_beams(t, keep) for t in top_lexical))
     finished_ids, finished_scores = _merge_finished(
         finished_ids, finished_scores, top_ids, top_log_probs, ends, step, alpha, k)
-    alive_ids, alive_log_probs, finished_ids, finished_scores = _keep_frozen(
-        frozen, (alive_ids, alive_log_probs, finished_ids, finished_scores), old)
+    alive_ids, alive_log_probs, finished_ids, finished_scores, *kept = _keep_frozen(
+        frozen, (alive_ids, alive_log_probs, finished_ids, finished_scores, *lexical), old)
     return (step + 1, last_ids, alive_ids, alive_log_probs, cache, finished_ids,
-            finished_scores)
+            finished_scores, type(lexical)(*kept))
 
-  state = _initial_state(initial_ids, initial_cache, batch, k, buffer_length)
-  _, _, alive_ids, alive_log_probs, _, finished_ids, finished_scores = tf.while_loop(
+  lexical = () if constraints is None else lexical_constraints.initial_state(constraints, k)
+  state = (*_initial_state(initial_ids, initial_cache, batch, k, buffer_length), lexical)
+  _, _, alive_ids, alive_log_probs, _, finished_ids, finished_scores, _ = tf.while_loop(
       not_done, body, state)
   return _best_hypotheses(finished_ids, finished_scores, alive_ids, alive_log_probs, limits,
                           alpha, batch, k)

@@ -59,6 +59,7 @@ INTEGER_RANGES = {
     "beam_size": (1, None), "nbest": (1, None), "extra_decode_length": (1, None),
     "max_source_length": (1, None), "min_decode_length": (0, None),
     "max_decode_length": (0, None), "sampling_topk": (0, None),
+    "max_constraint_tokens": (1, None),
     "batch_size": (1, None),  # the tools' decoding batches (no config's field)
     "max_batch_size": (1, None), "batch_timeout_micros": (0, None),
     "num_batch_threads": (1, None), "max_enqueued_batches": (1, None),
@@ -275,6 +276,9 @@ class DecodeConfig(_Checked):
   (and forced prefixes, scored targets) are cut to this many subword pieces.
   min_decode_length, max_decode_length: optional fixed bounds of an output's length (0: none;
   without max_decode_length, a sentence gets its source length + extra_decode_length tokens).
+  max_constraint_tokens: the most subword pieces of a sentence's positive constraints, and of
+  each of its negative phrases, and the most negative phrases (the fixed shapes of a compiled
+  constrained search).
   """
   strategy: str = "beam"
   beam_size: int = 4
@@ -289,6 +293,7 @@ class DecodeConfig(_Checked):
   min_decode_length: int = 0
   max_decode_length: int = 0
   decode_jit: bool = False
+  max_constraint_tokens: int = 32
 
   def __post_init__(self):
     super().__post_init__()

@@ -19,7 +19,7 @@ def never_generated_bias(vocab_size: int):
 
 
 def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=None,
-           shortlist=None, seeds=None):
+           shortlist=None, seeds=None, constraints=None):
   """The search of `config` (strategies.from_config) over the model's key/value-cached decoder.
 
   Args:
@@ -40,6 +40,9 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
       normalised over them.
     seeds: int64 [batch], each sentence's seed for random sampling (default: config.seed +
       its row).
+    constraints: optional lexical_constraints.Constraints (beam search only): the phrases each
+      output must contain and must not contain (their tokens in the shortlist, if any). The
+      positive tokens must fit before each sentence's limit (`output_limits`).
 
   Returns:
     ids: int32 [batch, N, L], best first, EOS then zeros; N is the beam size (1 for
@@ -47,18 +50,7 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
       extra_decode_length.
     scores: float32 [batch, N], length-normalized log-probabilities.
   """
-  max_decode_length = config.max_decode_length or None
-  buffer_length = max_decode_length
-  if max_decode_length is None:
-    buffer_length = _width(source_ids)
-    lengths = _lengths(source_ids)  # -> [batch]
-    if prefix_ids is not None:
-      prefix_width = _width(prefix_ids)
-      static = isinstance(buffer_length, int) and isinstance(prefix_width, int)
-      buffer_length = (max if static else tf.maximum)(buffer_length, prefix_width)
-      lengths = tf.maximum(lengths, _lengths(prefix_ids))
-    buffer_length += config.extra_decode_length
-    max_decode_length = lengths + config.extra_decode_length
+  max_decode_length, buffer_length = output_limits(source_ids, config, prefix_ids)
   if seeds is None:
     seeds = config.seed + tf.range(tf.shape(source_ids)[0], dtype=tf.int64)
   members = ensemble.weighted_members(model)
@@ -90,11 +82,37 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
     return scores, tuple(new_self)
 
   search = strategies.from_config(config)
+  extra = {} if constraints is None else {"constraints": constraints}
   return search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
                 tuple(cache["self"] for cache in caches), max_decode_length=max_decode_length,
                 eos_id=EOS_ID, min_decode_length=config.min_decode_length,
                 buffer_length=buffer_length, prefix_ids=prefix_ids, seeds=seeds,
-                gives_log_probs=gives_log_probs)
+                gives_log_probs=gives_log_probs, **extra)
+
+
+def output_limits(source_ids, config: DecodeConfig, prefix_ids=None):
+  """The most tokens (EOS included) of each sentence's output, and the width of the output ids.
+
+  Args:
+    source_ids: int32 [batch, source_length], PAD_ID-padded.
+    config: its max_decode_length (fixed), else extra_decode_length.
+    prefix_ids: optional int32 [batch, P], PAD_ID-padded forced prefixes.
+
+  Returns:
+    (limits, width): config.max_decode_length twice (Python ints) when it is set; else int32
+    [batch] max(source length, prefix length) + extra_decode_length, and the widths'
+    counterpart (a Python int when static).
+  """
+  if config.max_decode_length:
+    return config.max_decode_length, config.max_decode_length
+  width = _width(source_ids)
+  limits = lengths(source_ids)  # -> [batch]
+  if prefix_ids is not None:
+    prefix_width = _width(prefix_ids)
+    static = isinstance(width, int) and isinstance(prefix_width, int)
+    width = (max if static else tf.maximum)(width, prefix_width)
+    limits = tf.maximum(limits, lengths(prefix_ids))
+  return limits + config.extra_decode_length, width + config.extra_decode_length
 
 
 def _width(ids):
@@ -102,7 +120,7 @@ def _width(ids):
   return ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
 
 
-def _lengths(ids):
+def lengths(ids):
   """int32 [batch]: the tokens of each row of ids [batch, width] that are not PAD_ID."""
   return tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=1)
 

@@ -4,6 +4,7 @@ stopping, and the test score of the run's final weights."""
 import dataclasses
 import os
 import time
+from typing import NamedTuple
 
 import tensorflow as tf
 from absl import logging
@@ -17,6 +18,35 @@ from tf_transformer.translator import Translator
 
 _SAMPLES = 4  # dev translations shown in TensorBoard at each evaluation
 _ATTENTION_SENTENCES = 2  # the first dev sentences whose attention TensorBoard shows
+
+
+class _Scored(NamedTuple):
+  """One target language's translations of a dev or test set and their scores."""
+  sources: tuple
+  references: tuple
+  hypotheses: list
+  bleu: object  # sacrebleu BLEUScore
+  bleu_signature: str
+  chrf: object  # sacrebleu CHRFScore
+  chrf_signature: str
+
+
+def _suffix(lang: str, scored: dict) -> str:
+  """"_fr" for a figure of one of several target languages, "" for a bilingual task's."""
+  return f"_{lang}" if len(scored) > 1 else ""
+
+
+def _figures(scored: dict[str, _Scored], prefix: str = "") -> dict[str, float]:
+  """{prefix}bleu and {prefix}chrf: a bilingual task's, or each target language's (suffixed
+  "_{lang}") and their mean, the figure that selects checkpoints and final weights."""
+  figures = {}
+  for lang, s in scored.items():
+    figures[f"{prefix}bleu{_suffix(lang, scored)}"] = s.bleu.score
+    figures[f"{prefix}chrf{_suffix(lang, scored)}"] = s.chrf.score
+  if len(scored) > 1:
+    for metric in (f"{prefix}bleu", f"{prefix}chrf"):
+      figures[metric] = sum(figures[f"{metric}_{lang}"] for lang in scored) / len(scored)
+  return figures
 
 
 class Evaluator:
@@ -71,14 +101,25 @@ class Evaluator:
   def dev_bleu(self) -> float:
     """BLEU of the model as it is on the first --eval_sentences dev pairs (of each target
     language: their mean), 0 without any."""
-    scores = [metrics.corpus_bleu(self.translate(list(sources)), list(references))[0].score
-              for sources, references in self._dev_sets().values()]
-    return sum(scores) / len(scores) if scores else 0.0
+    scored = self._score(self._dev_sets(), "dev")
+    return _figures(scored)["bleu"] if scored else 0.0
 
-  def _dev_sets(self) -> dict[str, tuple[tuple, tuple]]:
-    """{target language: (sources, references)} of the first --eval_sentences dev pairs."""
-    return {lang: tuple(zip(*pairs)) for lang, pairs in
-            self.data.dev_pairs(self.config.eval_sentences).items() if pairs}
+  def _dev_sets(self) -> dict[str, list[tuple[str, str]]]:
+    """{target language: (source, reference) pairs}: the first --eval_sentences dev pairs."""
+    return self.data.dev_pairs(self.config.eval_sentences)
+
+  def _score(self, sets: dict[str, list[tuple[str, str]]], what: str) -> dict[str, _Scored]:
+    """Translates each target language's sources and scores them against its references;
+    languages without pairs are left out."""
+    scored = {}
+    sets = {lang: pairs for lang, pairs in sets.items() if pairs}
+    for lang, pairs in sets.items():
+      sources, references = zip(*pairs)
+      hypotheses = self.translate(list(sources), what + _suffix(lang, sets))
+      scored[lang] = _Scored(sources, references, hypotheses,
+                             *metrics.corpus_bleu(hypotheses, list(references)),
+                             *metrics.corpus_chrf(hypotheses, list(references)))
+    return scored
 
   def evaluate(self, step: int) -> dict:
     """Dev loss, perplexity and accuracy over the dev set, BLEU and chrF on its first
@@ -88,22 +129,15 @@ class Evaluator:
     results = {}
     if self._dev_batches is not None:
       results.update(metrics.dev_loss(self._loss_statistics, self._dev_batches))
-    sets = self._dev_sets()
-    samples = []
-    for lang, (sources, references) in sets.items():
-      hypotheses = self.translate(list(sources))
-      suffix = f"_{lang}" if len(sets) > 1 else ""
-      results["bleu" + suffix] = metrics.corpus_bleu(hypotheses, list(references))[0].score
-      results["chrf" + suffix] = metrics.corpus_chrf(hypotheses, list(references))[0].score
-      samples += [f"**source** {s}  \n**reference** {r}  \n**output** {h}"
-                  for s, r, h in list(zip(sources, references, hypotheses))[:_SAMPLES]]
-    if len(sets) > 1:
-      for metric in ("bleu", "chrf"):
-        results[metric] = sum(results[f"{metric}_{lang}"] for lang in sets) / len(sets)
-    if sets:
+    scored = self._score(self._dev_sets(), "dev")
+    results.update(_figures(scored))
+    if scored:
+      samples = [f"**source** {s}  \n**reference** {r}  \n**output** {h}"
+                 for one in scored.values()
+                 for s, r, h in list(zip(one.sources, one.references, one.hypotheses))[:_SAMPLES]]
       with self.writer.as_default(step=step):
         tf.summary.text("translations", "\n\n".join(samples))
-        sources = next(iter(sets.values()))[0]
+        sources = next(iter(scored.values())).sources
         self._attention_images(list(sources[:_ATTENTION_SENTENCES]))
     results["eval_seconds"] = time.perf_counter() - start
     return results
@@ -158,29 +192,23 @@ class Evaluator:
       means over its target languages, and each language's figures have its suffix
       (test_bleu_fr, test_bleu_text_fr, test_chrf_fr).
     """
-    sets = {lang: pairs for lang, pairs in self.data.test_pairs().items() if pairs}
-    if not sets:
+    sets = self.data.test_pairs()
+    if not any(sets.values()):
       return {}
     if restore_best and self.best_manager.latest_checkpoint:
       checkpoints.restore(self.best_manager.checkpoint, self.best_manager.latest_checkpoint)
-    results = {}
-    for lang, pairs in sets.items():
-      suffix = f"_{lang}" if len(sets) > 1 else ""
-      sources, references = zip(*pairs)
-      hypotheses = self.translate(list(sources), f"test{suffix}")
-      bleu, signature = metrics.corpus_bleu(hypotheses, list(references))
-      chrf, chrf_signature = metrics.corpus_chrf(hypotheses, list(references))
+    scored = self._score(sets, "test")
+    results = _figures(scored, "test_")
+    for lang, one in scored.items():
+      suffix = _suffix(lang, scored)
       path = os.path.join(output_dir, f"test_hypotheses{suffix.replace('_', '.')}.txt")
       with files.atomic_file(path) as f:
-        f.write("".join(h + "\n" for h in hypotheses))
-      logging.info("test%s: %s, chrF2 %.2f (%s); hypotheses in %s", suffix, bleu, chrf.score,
-                   signature, path)
-      results.update({f"test_bleu{suffix}": bleu.score, f"test_bleu_text{suffix}": str(bleu),
-                      f"test_chrf{suffix}": chrf.score, "bleu_signature": signature,
-                      "chrf_signature": chrf_signature})
-    if len(sets) > 1:
-      for metric in ("test_bleu", "test_chrf"):
-        results[metric] = sum(results[f"{metric}_{lang}"] for lang in sets) / len(sets)
+        f.write("".join(h + "\n" for h in one.hypotheses))
+      logging.info("test%s: %s, chrF2 %.2f (%s); hypotheses in %s", suffix, one.bleu,
+                   one.chrf.score, one.bleu_signature, path)
+      results.update({f"test_bleu_text{suffix}": str(one.bleu),
+                      "bleu_signature": one.bleu_signature,
+                      "chrf_signature": one.chrf_signature})
     with self.writer.as_default(step=step):
       for name, value in results.items():
         if name.startswith(("test_bleu", "test_chrf")) and "text" not in name:

@@ -15,6 +15,7 @@ from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
 from tf_transformer.config import DecodeConfig, target_languages
 from tf_transformer.length_batching import align_texts, count_words, score_texts, translate_texts
+from tf_transformer.lexical_constraints import ConstraintError
 from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import Translator
 
@@ -27,6 +28,10 @@ class InferenceFunctions:
     translate_nbest: fn(string [B]) -> {"outputs": string [B, n], "scores": float32 [B, n]}.
     translate_prefix: fn(string [B], prefix string [B]) -> as translate_nbest, each output
       starting with its prefix (`Translator.translate_prefix`).
+    translate_constrained: fn(string [B], constraints string [B]) -> as translate_nbest, each
+      output containing its phrases (`Translator.translate_constrained`).
+    translate_constrained_prefix: fn(string [B], constraints string [B], prefix string [B]) ->
+      as translate_nbest.
     sample: fn(string [B], seed int64 [B]) -> {"outputs": string [B], "scores": float32 [B]}
       (`Translator.sample`).
     sample_prefix: fn(string [B], prefix string [B], seed int64 [B]) -> as sample.
@@ -37,6 +42,8 @@ class InferenceFunctions:
   """
   translate_nbest: Callable
   translate_prefix: Callable
+  translate_constrained: Callable
+  translate_constrained_prefix: Callable
   sample: Callable
   sample_prefix: Callable
   score: Callable
@@ -137,7 +144,7 @@ class TranslationModel:
     them: subword tokens (a model directory) or whitespace words (a SavedModel)."""
     return self.functions().count_tokens(list(texts), side)
 
-  def translate(self, sources, *, nbest: int = 1, target_prefix=None,
+  def translate(self, sources, *, nbest: int = 1, target_prefix=None, constraints=None,
                 batch_size: int | None = 64, batch_tokens: int | None = None, progress=None,
                 first_index: int = 0, target_language: str | None = None, **search):
     """Translates `sources` (a list of str).
@@ -148,6 +155,9 @@ class TranslationModel:
         that many independent samples, in the order drawn.
       target_prefix: optional list of str, one per source: each translation starts with it
         (its subword pieces are forced, the search continues after them); "" forces nothing.
+      constraints: optional list, one per source, of lists of target phrases (str): every
+        translation of the source contains each phrase, in any order, as whole words, and
+        none of the phrases written with a leading "!" (beam search only; `[]` for none).
       batch_size, batch_tokens: at most this many sentences, or tokens counting padding, a
         batch (see `length_batching.make_batches`).
       progress: optional progress bar, `.update(count done)`.
@@ -159,6 +169,11 @@ class TranslationModel:
 
     Returns:
       nbest 1: list of str; else a list of lists of Hypothesis.
+
+    Raises:
+      ConstraintError: a source's constraints cannot be met (an empty phrase, more pieces than
+        max_constraint_tokens, more than fit the output's length limit), numbered from
+        first_index.
     """
     config = self.search_config(nbest=nbest, **search)
     functions = self.functions(config)
@@ -169,12 +184,24 @@ class TranslationModel:
       if len(prefixes) != len(sources):
         raise ModelDirError(f"{len(sources)} sources but {len(prefixes)} target prefixes: "
                             "give one prefix per source (\"\" for none)")
+    if constraints is not None:
+      if config.strategy == "sample":
+        raise ModelDirError("constraints need a beam search, not --strategy=sample")
+      constraints = _constraint_lines(constraints, len(sources), first_index)
     if config.strategy == "sample":
       return self._sample(functions, config, sources, prefixes, first_index,
                           batch_size=batch_size, batch_tokens=batch_tokens, progress=progress)
-    translate = functions.translate_nbest if prefixes is None else functions.translate_prefix
-    outputs, scores = translate_texts(translate, sources, batch_size, progress, batch_tokens,
-                                      functions.count_tokens, prefixes)
+    if constraints is not None:
+      translate = (functions.translate_constrained if prefixes is None
+                   else functions.translate_constrained_prefix)
+    else:
+      translate = functions.translate_nbest if prefixes is None else functions.translate_prefix
+    try:
+      outputs, scores = translate_texts(translate, sources, batch_size, progress, batch_tokens,
+                                        functions.count_tokens, prefixes,
+                                        constraints=constraints)
+    except ConstraintError as e:
+      raise ConstraintError(first_index + e.sentence, e.problem) from None
     return _hypotheses(outputs, scores, nbest)
 
   @staticmethod
@@ -240,6 +267,30 @@ class _Scaled:
 
   def update(self, rows_done: int):
     self._progress.update(rows_done // self._draws)
+
+
+def _constraint_lines(constraints, count: int, first_index: int) -> list[str]:
+  """Each source's list of phrases as one tab-separated line (Translator.translate_constrained).
+
+  Raises:
+    ModelDirError: not one list per source.
+    ConstraintError: a blank phrase, or one holding a tab or a line break.
+  """
+  constraints = list(constraints)
+  if len(constraints) != count:
+    raise ModelDirError(f"{count} sources but {len(constraints)} lists of constraints: give "
+                        "one list of phrases per source ([] for none)")
+  lines = []
+  for index, phrases in enumerate(constraints):
+    if isinstance(phrases, str):
+      raise ModelDirError(f"the constraints of sentence {first_index + index + 1} are a str: "
+                          "give a list of phrases")
+    for phrase in phrases:
+      if not phrase.strip("! \t") or any(c in phrase for c in "\t\r\n"):
+        raise ConstraintError(first_index + index,
+                              f"{phrase!r} is not a phrase (empty, or with a tab or line break)")
+    lines.append("\t".join(phrases))
+  return lines
 
 
 def _hypotheses(outputs, scores, nbest: int):
@@ -323,6 +374,9 @@ def load_model_dir(model_dir, src_lang: str, tgt_lang: str, decode_config,
       translators[key] = InferenceFunctions(
           lambda texts: translator.translate_nbest(texts),
           lambda texts, prefixes: translator.translate_prefix(texts, prefixes),
+          lambda texts, constraints: translator.translate_constrained(texts, constraints),
+          lambda texts, constraints, prefixes: translator.translate_constrained_prefix(
+              texts, constraints, prefixes),
           lambda texts, seeds: translator.sample(texts, seeds),
           lambda texts, prefixes, seeds: translator.sample_prefix(texts, prefixes, seeds),
           lambda source, target: translator.score(source, target),
@@ -369,6 +423,10 @@ def load_saved_model(saved_model: str, tgt_lang: str | None = None) -> Translati
   functions = InferenceFunctions(
       lambda texts: signature("translate_nbest")(inputs=texts),
       lambda texts, prefixes: signature("translate_prefix")(inputs=texts, prefix=prefixes),
+      lambda texts, constraints: signature("translate_constrained")(inputs=texts,
+                                                                    constraints=constraints),
+      lambda texts, constraints, prefixes: signature("translate_constrained_prefix")(
+          inputs=texts, constraints=constraints, prefix=prefixes),
       lambda texts, seeds: signature("sample")(inputs=texts, seed=seeds),
       lambda texts, prefixes, seeds: signature("sample_prefix")(inputs=texts, prefix=prefixes,
                                                                 seed=seeds),

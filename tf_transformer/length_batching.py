@@ -2,8 +2,12 @@
 in sentences or tokens), outputs back in input order. What `TranslationModel` and the
 evaluator translate, score and align with."""
 
+import re
+
 import numpy as np
 import tensorflow as tf
+
+from tf_transformer.lexical_constraints import ConstraintError
 
 
 def count_words(texts: list[str], side: str = "source") -> list[int]:
@@ -59,14 +63,17 @@ def _in_batches(fn, rows: list[int], lengths: list[int], total: int, batch_size,
 
 def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 64, progress=None,
                     batch_tokens: int | None = None, count_tokens=None,
-                    prefixes: list[str] | None = None, seeds: list[int] | None = None):
+                    prefixes: list[str] | None = None, seeds: list[int] | None = None,
+                    constraints: list[str] | None = None):
   """Translates `texts` in batches of similar length, keeping their order.
 
   Args:
     translate_nbest: fn(string [B]) -> {"outputs": string [B, n], "scores": float32 [B, n]},
       e.g. `Translator.translate_nbest` or a loaded SavedModel's signature; with `prefixes`,
       fn(string [B], prefix string [B]) -> the same (`Translator.translate_prefix`); with
-      `seeds` too, fn(string [B], [prefix string [B],] seed int64 [B]) -> the same.
+      `seeds` too, fn(string [B], [prefix string [B],] seed int64 [B]) -> the same; with
+      `constraints`, fn(string [B], constraints string [B], [prefix string [B]]) -> the same
+      (`Translator.translate_constrained`).
     texts: the sentences; blank ones come back as "" without being decoded.
     batch_size, batch_tokens: the limits of a batch (see `make_batches`).
     progress: optional progress bar (`.update(count done)`) over len(texts), such as
@@ -74,20 +81,33 @@ def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 
     count_tokens: fn(texts, side) -> token counts for `batch_tokens` (default `count_words`).
     prefixes: optional target prefixes, one per text ("" forces nothing).
     seeds: optional sampling seeds, one per text.
+    constraints: optional tab-separated phrases, one line per text (see
+      `Translator.translate_constrained`).
 
   Returns:
     (list of n-best output lists, list of n-best score lists), one entry per text.
+
+  Raises:
+    ConstraintError: a text's constraints cannot be met (its index and the problem).
   """
   outputs, scores = [[""]] * len(texts), [[0.0]] * len(texts)
   todo = [i for i, text in enumerate(texts) if text.strip()]
 
   def translate(rows):
     inputs = [tf.constant([texts[i] for i in rows])]
+    if constraints is not None:
+      inputs.append(tf.constant([constraints[i] for i in rows]))
     if prefixes is not None:
       inputs.append(tf.constant([prefixes[i] for i in rows]))
     if seeds is not None:
       inputs.append(tf.constant([seeds[i] for i in rows], tf.int64))
-    result = translate_nbest(*inputs)
+    try:
+      result = translate_nbest(*inputs)
+    except tf.errors.InvalidArgumentError as e:
+      problem = re.search(r"constraints: (.*) in row\] \[(\d+)\]", e.message)
+      if problem is None:
+        raise
+      raise ConstraintError(rows[int(problem.group(2))], problem.group(1)) from None
     for row, hypotheses, row_scores in zip(rows, result["outputs"].numpy(),
                                            np.asarray(result["scores"])):
       outputs[row] = [h.decode("utf-8") for h in hypotheses]

@@ -26,11 +26,12 @@ class BeamSearch:
 
   def __call__(self, symbols_to_logits_fn, initial_ids, initial_cache, *, max_decode_length,
                eos_id: int, min_decode_length, buffer_length, prefix_ids=None, seeds=None,
-               gives_log_probs=False):
+               gives_log_probs=False, constraints=None):
     del seeds  # deterministic
     return beam_search.beam_search(symbols_to_logits_fn, initial_ids, initial_cache,
                                    self.beam_size, self.alpha, max_decode_length, eos_id,
-                                   min_decode_length, buffer_length, prefix_ids, gives_log_probs)
+                                   min_decode_length, buffer_length, prefix_ids, gives_log_probs,
+                                   constraints)
 
 
 @dataclasses.dataclass(frozen=True)

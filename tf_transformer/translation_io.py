@@ -29,7 +29,8 @@ def read_lines(path: str | None) -> list[str]:
 
 def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=False,
                       first_index: int = 0, target_prefix: list[str] | None = None,
-                      search: dict | None = None, **batching) -> list[str]:
+                      search: dict | None = None, constraints: list | None = None,
+                      **batching) -> list[str]:
   """The output of each text: its translation line(s), each ending in a newline.
 
   Args:
@@ -39,6 +40,7 @@ def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=F
     print_alignment: the best translation + ` ||| ` + its `src-tgt` piece alignment.
     target_prefix: optional prefixes, one per text, that the translations start with.
     search: DecodeConfig fields for this call (strategy, seed: see TranslationModel.translate).
+    constraints: optional lists of phrases, one per text (see TranslationModel.translate).
     batching: batch_size, batch_tokens, progress (see TranslationModel.translate).
   """
   search = search or {}
@@ -46,31 +48,38 @@ def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=F
     outputs, alignments = model.align(texts, **batching)
     return [f"{output} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}\n"
             for output, pairs in zip(outputs, alignments)]
+  translated = model.translate(texts, nbest=nbest, target_prefix=target_prefix,
+                               constraints=constraints, first_index=first_index, **search,
+                               **batching)
   if nbest == 1:
-    return [output + "\n" for output in
-            model.translate(texts, target_prefix=target_prefix, first_index=first_index,
-                            **search, **batching)]
+    return [output + "\n" for output in translated]
   return ["".join(f"{index} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
                   for hypothesis in hypotheses)
-          for index, hypotheses in enumerate(
-              model.translate(texts, nbest=nbest, target_prefix=target_prefix,
-                              first_index=first_index, **search, **batching),
-              first_index)]
+          for index, hypotheses in enumerate(translated, first_index)]
+
+
+def constraint_phrases(line: str) -> list[str]:
+  """The phrases of a --constraints line: tab-separated, none in an empty line."""
+  return line.split("\t") if line else []
 
 
 def translate_stream(model, lines, out, nbest: int = 1, print_alignment: bool = False,
-                     prefixes=None, search: dict | None = None):
+                     prefixes=None, search: dict | None = None, constraints=None):
   """Translates each of `lines` (an iterator) as soon as it comes and writes its answer to
   `out` at once: a terminal or a pipe that waits for each answer is served line by line.
-  `prefixes`: an optional iterator of target prefixes, one per line; `search`: as in
-  `translation_lines`."""
+  `prefixes`, `constraints`: optional iterators of target prefixes and of --constraints lines,
+  one per line; `search`: as in `translation_lines`."""
   for index, line in enumerate(lines):
     prefix = None if prefixes is None else [next(prefixes, None)]
     if prefix == [None]:
       raise FlagError(f"line {index + 1} of the input has no target prefix: the prefixes must "
                       "be line-aligned with the input")
-    out.write(translation_lines(model, [line], nbest, print_alignment, index, prefix,
-                                search)[0])
+    phrases = None if constraints is None else next(constraints, None)
+    if constraints is not None and phrases is None:
+      raise FlagError(f"line {index + 1} of the input has no constraints line: the constraints "
+                      "must be line-aligned with the input")
+    out.write(translation_lines(model, [line], nbest, print_alignment, index, prefix, search,
+                                None if phrases is None else [constraint_phrases(phrases)])[0])
     out.flush()
 
 

@@ -10,12 +10,14 @@ nothing but tensorflow and tensorflow_text.
 import dataclasses
 import functools
 import uuid
+from typing import NamedTuple
 
 import tensorflow as tf
 
-from data_pipeline.token_ids import EOS_ID, PAD_ID
+from data_pipeline.token_ids import EOS_ID, PAD_ID, UNK_ID
 from tf_transformer import decoding
 from tf_transformer import ensemble
+from tf_transformer import lexical_constraints
 from tf_transformer import shortlist as shortlist_lib
 from tf_transformer import strategies
 from tf_transformer.config import BatchingConfig, DecodeConfig
@@ -56,6 +58,40 @@ def _bucket_width(width):
   """The width of a batch of `width` (a Python int or an int32 scalar) pieces in its XLA shape
   bucket: the next multiple of _WIDTH_BUCKET."""
   return -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
+
+
+def _word_inside(tokenizer, vocab_size: int):
+  """bool [vocab_size]: the subword pieces that start with a letter or a digit and no word
+  boundary ("▁"), which go on with the word before them (lexical_constraints.Constraints)."""
+  pieces = tokenizer.id_to_string(tf.range(vocab_size)).numpy()
+  return [piece.decode("utf-8")[:1].isalnum() for piece in pieces]
+
+
+def _with_copies_of_first_row(tensor, extra_rows):
+  """tensor [B, ...] with `extra_rows` copies of its first row below."""
+  copies = tf.tile(tensor[:1], tf.concat([[extra_rows], tf.ones([tensor.shape.rank - 1],
+                                                                 tf.int32)], axis=0))
+  return tf.concat([tensor, copies], axis=0)
+
+
+def _padded_to(tensor, size: int):
+  """tensor [B, ...] with each dimension after the first padded (0, False) to `size`."""
+  padding = [[0, 0]] + [[0, size - tf.shape(tensor)[axis]]
+                        for axis in range(1, tensor.shape.rank)]
+  return tf.ensure_shape(tf.pad(tensor, padding), [None] + [size] * (tensor.shape.rank - 1))
+
+
+class _ConstraintPieces(NamedTuple):
+  """The phrases of constraint lines (Translator._constraint_pieces): `positive` and `negative`,
+  int32 ragged [B, (phrases), (pieces)], the target pieces of those to include and of those to
+  avoid; `empty` and `too_long`, bool ragged [B, (n)], the empty phrases and those of more
+  bytes than max_constraint_tokens pieces; `too_many`, bool [B], lines of more than
+  2 x max_constraint_tokens phrases (read up to there)."""
+  positive: tf.RaggedTensor
+  negative: tf.RaggedTensor
+  empty: tf.RaggedTensor
+  too_long: tf.RaggedTensor
+  too_many: tf.Tensor
 
 
 class _Untracked:
@@ -99,7 +135,8 @@ class Translator(tf.Module):
   # The signatures whose concurrent requests batching merges. Not `align`: its outputs are
   # as wide as the longest input of the batch, so a merged batch would widen a caller's.
   BATCHED_SIGNATURES = ("serving_default", "translate_nbest", "translate_prefix", "sample",
-                        "sample_prefix", "score")
+                        "sample_prefix", "score", "translate_constrained",
+                        "translate_constrained_prefix")
 
   def __init__(self, model, vocabulary, config: DecodeConfig = DecodeConfig(), *,
                max_batch_size: int = 64, precision: str = "float32", shortlist_size: int = 0,
@@ -131,6 +168,7 @@ class Translator(tf.Module):
     # the batch queues' names, unique to this module: a process that loads two exports (two
     # versions of a model under TF Serving) must not merge the requests of one into the other
     self._batch_queue = f"tf_transformer_{uuid.uuid4().hex}"
+    self._word_inside = tf.constant(_word_inside(vocabulary.target, model.target_vocab_size))
     self.shortlist_size = shortlist_size if shortlist_size < model.target_vocab_size else 0
     size, table, order = self.shortlist_size, None, None
     if size:  # saved with the module (tracked attributes), read by the search
@@ -139,12 +177,14 @@ class Translator(tf.Module):
       order = self.shortlist_order = tf.Variable(lexicon.order, trainable=False,
                                                  name="shortlist_order")
 
-    def search_ids(strategy, ids, prefix_ids=None, seeds=None):
+    def search_ids(strategy, ids, prefix_ids=None, seeds=None, constraints=None):
       shortlist = None
       if size:  # each sentence's own, so that its batch changes nothing of its translation
-        shortlist = shortlist_lib.select(table, order, ids, size, prefix_ids)
+        forced = [t for t in (prefix_ids, constraints and constraints.tokens) if t is not None]
+        shortlist = shortlist_lib.select(table, order, ids, size,
+                                         tf.concat(forced, axis=1) if forced else None)
       search = dataclasses.replace(config, strategy=strategy)
-      return decoding.decode(model, ids, search, prefix_ids, shortlist, seeds)
+      return decoding.decode(model, ids, search, prefix_ids, shortlist, seeds, constraints)
 
     # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code
     # made up much of a small run's start-up)
@@ -153,23 +193,31 @@ class Translator(tf.Module):
                               jit_compile=config.decode_jit, autograph=False)
         for strategy in strategies.STRATEGIES}
 
-  def _decode(self, source_ids, prefix_ids=None, seeds=None, strategy: str = "beam"):
-    """int32 [B, S] (optional forced prefixes int32 [B, P] and int64 seeds [B], see
-    decoding.decode) -> (ids int32 [B, N, L], scores float32 [B, N]), N the beam size (1 for
-    sampling)."""
+  def _decode(self, source_ids, prefix_ids=None, seeds=None, strategy: str = "beam",
+              constraints=None):
+    """int32 [B, S] (optional forced prefixes int32 [B, P], int64 seeds [B] and
+    lexical_constraints.Constraints, see decoding.decode) -> (ids int32 [B, N, L], scores
+    float32 [B, N]), N the beam size (1 for sampling)."""
     search = self._searches[strategy]
     if not self.config.value.decode_jit:
-      return search(source_ids, prefix_ids, seeds)
+      return search(source_ids, prefix_ids, seeds, constraints)
     batch = tf.shape(source_ids)[0]
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
-    # sentence's search stops at its own length limit, so neither changes its result)
+    # sentence's search stops at its own length limit, so neither changes its result), the
+    # constraints to the export's fixed sizes
     padded_batch = _bucket_rows(batch)
     padded = [None if ids is None else self._bucketed(ids, padded_batch - batch)
               for ids in (source_ids, prefix_ids)]
     if seeds is not None:
       seeds = tf.concat([seeds, tf.tile(seeds[:1], [padded_batch - batch])], axis=0)
-    ids, scores = search(*padded, seeds)
+    if constraints is not None:
+      size = self.config.value.max_constraint_tokens
+      constraints = constraints._replace(**{
+          name: _padded_to(_with_copies_of_first_row(getattr(constraints, name),
+                                                     padded_batch - batch), size)
+          for name in ("tokens", "continues", "banned")})
+    ids, scores = search(*padded, seeds, constraints)
     return ids[:batch], scores[:batch]
 
   @staticmethod
@@ -232,12 +280,17 @@ class Translator(tf.Module):
     return tuple(array.concat() if count > 0 else tf.zeros([0, *shape], dtype)
                  for array, (shape, dtype) in zip(arrays, outputs))
 
-  def _search(self, texts, prefixes=None):
-    """string [B] (and their target prefixes, string [B]) -> (string [B, nbest], float32
-    [B, nbest]) by beam search, max_batch_size rows at a time."""
-    inputs = (texts,) if prefixes is None else (texts, prefixes)
-    return self._in_chunks(functools.partial(self._search_chunk, self.nbest, "beam"),
-                           [([self.nbest], tf.string), ([self.nbest], tf.float32)], *inputs)
+  def _search(self, texts, prefixes=None, constraints=None):
+    """string [B] (their target prefixes and constraints, string [B] each) -> (string
+    [B, nbest], float32 [B, nbest]) by beam search, max_batch_size rows at a time."""
+    optional = {"prefixes": prefixes, "constraints": constraints}
+    names = [name for name, value in optional.items() if value is not None]
+
+    def chunk(texts, *values):
+      return self._search_chunk(self.nbest, "beam", texts, **dict(zip(names, values)))
+
+    return self._in_chunks(chunk, [([self.nbest], tf.string), ([self.nbest], tf.float32)],
+                           texts, *(optional[name] for name in names))
 
   def _sample(self, texts, seeds, prefixes=None):
     """string [B], int64 seeds [B] (and target prefixes, string [B]) -> (string [B], float32
@@ -249,21 +302,115 @@ class Translator(tf.Module):
         [([1], tf.string), ([1], tf.float32)], *inputs)
     return outputs[:, 0], scores[:, 0]
 
-  def _search_chunk(self, count: int, strategy: str, texts, prefixes=None, seeds=None):
-    """string [B] (target prefixes string [B], int64 seeds [B]) -> the `count` best outputs
-    of the `strategy` search (string [B, count], float32 [B, count]); blank input -> "" with
-    score 0."""
+  def _search_chunk(self, count: int, strategy: str, texts, prefixes=None, seeds=None,
+                    constraints=None):
+    """string [B] (target prefixes string [B], int64 seeds [B], constraints string [B]) -> the
+    `count` best outputs of the `strategy` search (string [B, count], float32 [B, count]);
+    blank input -> "" with score 0."""
     prefix_ids = None
     if prefixes is not None:
       prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
           default_value=PAD_ID)
-    ids, scores = self._decode(self._source_ids(texts), prefix_ids, seeds, strategy)
+    if constraints is not None:
+      constraints = self._constraints(constraints)
+    ids, scores = self._decode(self._source_ids(texts), prefix_ids, seeds, strategy,
+                               constraints)
     ids, scores = ids[:, :count], scores[:, :count]
     batch, length = tf.shape(ids)[0], tf.shape(ids)[2]
     flat = decoding.strip_after_eos(tf.reshape(ids, [batch * count, length]))
     outputs = tf.reshape(self.target_tokenizer.detokenize(flat), [batch, count])
     blank = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)[:, tf.newaxis]
     return tf.where(blank, "", outputs), tf.where(blank, 0.0, scores)
+
+  def _constraint_pieces(self, lines) -> "_ConstraintPieces":
+    """string [B] -> `_ConstraintPieces` of each line's phrases.
+
+    A line holds tab-separated phrases of target text; one that starts with "!" must not
+    appear; "" holds none. A line is read up to its first 2 x max_constraint_tokens phrases,
+    each up to its first `_constraint_bytes` bytes: more is refused (`_check_constraints`), and
+    the heads bound the memory of any line."""
+    most = 2 * self.config.value.max_constraint_tokens
+    # a line of more phrases is refused: its rest stays one string (a 1 MB line of tabs is not
+    # a million strings)
+    phrases = tf.strings.split(lines, "\t", maxsplit=most)  # -> [B, (n <= most + 1)]
+    empty = tf.equal(tf.strings.length(phrases), 0) & (tf.strings.length(lines) > 0)[:, tf.newaxis]
+    phrases = tf.ragged.boolean_mask(phrases, tf.strings.length(phrases) > 0)  # "" line: none
+    too_many = phrases.row_lengths() > most
+    phrases = phrases[:, :most]
+    # bytes, not regular expressions: a phrase may be invalid UTF-8
+    negative = tf.equal(tf.strings.substr(phrases, 0, 1), "!")
+    start = tf.cast(negative.flat_values, tf.int32)
+    texts = tf.strings.substr(phrases.flat_values, start,
+                              tf.fill(tf.shape(start), self._constraint_bytes))
+    pieces = self.target_tokenizer.tokenize(texts)  # -> [all phrases, (p)]
+    nested = tf.RaggedTensor.from_row_splits(pieces, phrases.row_splits)  # -> [B, (n), (p)]
+    too_long = phrases.with_flat_values(
+        tf.strings.length(phrases.flat_values) > self._constraint_bytes)
+    return _ConstraintPieces(tf.ragged.boolean_mask(nested, tf.logical_not(negative)),
+                             tf.ragged.boolean_mask(nested, negative), empty, too_long,
+                             too_many)
+
+  @property
+  def _constraint_bytes(self) -> int:
+    """The most bytes of a phrase (see _BYTES_PER_PIECE)."""
+    return _BYTES_PER_PIECE * self.config.value.max_constraint_tokens
+
+  def _constraints(self, lines):
+    """string [B] (see `_constraint_pieces`) -> lexical_constraints.Constraints."""
+    pieces = self._constraint_pieces(lines)
+    positive, negative = pieces.positive, pieces.negative
+    return lexical_constraints.from_phrases(positive, negative, self._word_inside)
+
+  def _check_constraints(self, inputs, lines, prefixes=None):
+    """Assertions that each row's constraints can be met: they fail the request with an
+    InvalidArgumentError that reads "constraints: <the problem> in row] [<its index>]".
+
+    The problems: an empty phrase; more than 2 x max_constraint_tokens phrases; a phrase of
+    more bytes than max_constraint_tokens pieces can hold (_BYTES_PER_PIECE each); a phrase of
+    no subword piece; a phrase to include with a character out of the target vocabulary (its
+    output could not show it); more positive pieces (or negative phrases, or pieces of one)
+    than max_constraint_tokens; positive pieces that do not fit the output's length limit after
+    the prefix.
+
+    Args:
+      inputs, lines: string [B], the sources and their constraints; prefixes: optional
+        string [B], their forced prefixes.
+    """
+    pieces = self._constraint_pieces(lines)
+    positive, negative = pieces.positive, pieces.negative
+    prefix_ids = None
+    if prefixes is not None:
+      prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
+          default_value=PAD_ID)
+    config = self.config.value
+    size = config.max_constraint_tokens
+    limits, _ = decoding.output_limits(self._source_ids(inputs), config, prefix_ids)
+    positive_count = tf.cast(tf.reduce_sum(positive.row_lengths(axis=2), axis=1), tf.int32)
+    prefix_count = 0 if prefix_ids is None else decoding.lengths(prefix_ids)
+    checks = [
+        (tf.reduce_any(pieces.empty, axis=1), "an empty phrase"),
+        (pieces.too_many, f"more than {2 * size} phrases"),
+        (tf.reduce_any(pieces.too_long, axis=1),
+         f"a phrase of more than {self._constraint_bytes} bytes"),
+        (tf.reduce_any(tf.equal(positive.row_lengths(axis=2), 0), axis=1)
+         | tf.reduce_any(tf.equal(negative.row_lengths(axis=2), 0), axis=1),
+         "a phrase of no subword piece"),
+        (tf.reduce_any(tf.equal(positive.merge_dims(1, 2), UNK_ID), axis=1),
+         "a phrase to include with a character the target vocabulary lacks"),
+        (positive_count > size,
+         f"more subword pieces to include than max_constraint_tokens={size}"),
+        (negative.row_lengths(axis=1) > size,
+         f"more phrases to avoid than max_constraint_tokens={size}"),
+        (tf.reduce_any(negative.row_lengths(axis=2) > size, axis=1),
+         f"a phrase to avoid of more subword pieces than max_constraint_tokens={size}"),
+        (positive_count + prefix_count + 1 > limits,
+         "more subword pieces to include (with the prefix and the end of the sentence) than "
+         "the length limit of the output"),
+    ]
+    # (a 0 after the rows: argmax fails on a request of no row)
+    return [tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [
+        f"constraints: {problem} in row", tf.argmax(tf.concat([tf.cast(bad, tf.int32), [0]], 0))])
+        for bad, problem in checks]
 
   def _batched(self, signature: str, fn, *inputs):
     """fn(*inputs), with the inputs of concurrent calls merged when the module batches.
@@ -338,6 +485,40 @@ class Translator(tf.Module):
     with tf.control_dependencies([_same_rows("translate_prefix", inputs, prefix, "prefix")]):
       outputs, scores = self._batched("translate_prefix", self._search, inputs, prefix)
     return {"outputs": outputs, "scores": scores}
+
+  @tf.function(input_signature=[_STRINGS, _STRINGS])
+  def translate_constrained(self, inputs, constraints):
+    """Translations that contain given target phrases and avoid others (terminology).
+
+    inputs, constraints: string [B] -> as `translate_nbest`. constraints[i] holds tab-separated
+    phrases of target text: every output of inputs[i] contains each phrase (in any order) and
+    none of those written with a leading "!"; "" constrains nothing. The phrases are matched as
+    their subword pieces, so a phrase is found as a whole word or words (as a term base holds
+    them), not inside a longer word. Scores are the model's, as `score` gives them. A request
+    whose constraints cannot be met (`_check_constraints`) fails with an InvalidArgumentError.
+    """
+    inputs, constraints = _rows(inputs), _rows(constraints)
+    with tf.control_dependencies([_same_rows("translate_constrained", inputs, constraints,
+                                             "constraints")]):
+      with tf.control_dependencies(self._check_constraints(inputs, constraints)):
+        outputs, scores = self._batched("translate_constrained", self._constrained, inputs,
+                                        constraints)
+    return {"outputs": outputs, "scores": scores}
+
+  @tf.function(input_signature=[_STRINGS, _STRINGS, _STRINGS])
+  def translate_constrained_prefix(self, inputs, constraints, prefix):
+    """`translate_constrained` with each output starting with prefix[i] (see
+    `translate_prefix`): string [B] each -> as `translate_nbest`."""
+    inputs, constraints, prefix = _rows(inputs), _rows(constraints), _rows(prefix)
+    name = "translate_constrained_prefix"
+    with tf.control_dependencies([_same_rows(name, inputs, constraints, "constraints"),
+                                  _same_rows(name, inputs, prefix, "prefix")]):
+      with tf.control_dependencies(self._check_constraints(inputs, constraints, prefix)):
+        outputs, scores = self._batched(name, self._constrained, inputs, constraints, prefix)
+    return {"outputs": outputs, "scores": scores}
+
+  def _constrained(self, texts, constraints, prefixes=None):
+    return self._search(texts, prefixes, constraints)
 
   @tf.function(input_signature=[_STRINGS, _SEEDS])
   def sample(self, inputs, seed):
@@ -442,6 +623,9 @@ class Translator(tf.Module):
     return {"serving_default": self.serve.get_concrete_function(),
             "translate_nbest": self.translate_nbest.get_concrete_function(),
             "translate_prefix": self.translate_prefix.get_concrete_function(),
+            "translate_constrained": self.translate_constrained.get_concrete_function(),
+            "translate_constrained_prefix":
+                self.translate_constrained_prefix.get_concrete_function(),
             "sample": self.sample.get_concrete_function(),
             "sample_prefix": self.sample_prefix.get_concrete_function(),
             "score": self.score.get_concrete_function(),

@@ -33,10 +33,12 @@ def multilingual_data(folder, **changes):
   return ParallelData(config, str(folder / "model"))
 
 
-def test_a_tag_is_two_pieces_before_the_pieces_of_the_sentence_alone(tmp_path):
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_a_tag_is_two_pieces_before_the_pieces_of_the_sentence_alone(tmp_path, model_type):
   sentences = [f"a cat number {i} sits on the mat" for i in range(200)]
   path = str(tmp_path / "spm.model")
-  tokenizer.train_sentencepiece(sentences, path, 40, symbols=("<2de>", "<2fr>"))
+  tokenizer.train_sentencepiece(sentences, path, 40, model_type=model_type,
+                                symbols=("<2de>", "<2fr>"))
   vocabulary = tokenizer.load_vocabulary(path, path)
   tagged = vocabulary.source.tokenize(language_tags.tagged(["a cat sits", "the mat"], "fr"))
   alone = vocabulary.source.tokenize(["a cat sits", "the mat"])
@@ -63,7 +65,7 @@ def test_choose_checks_the_language_against_the_models():
 
 def test_a_multilingual_task_tags_each_source_with_its_pairs_target_language(tmp_path):
   data = multilingual_data(tmp_path)
-  assert data.multilingual and [corpus[3] for corpus in data.train_corpora] == list(LANGS)
+  assert data.multilingual and [corpus.lang for corpus in data.train_corpora] == list(LANGS)
   # the subword model holds each language's token as one piece
   source = data.vocabulary.source
   tag_ids = {lang: int(source.string_to_id(language_tags.tag(lang))) for lang in LANGS}

@@ -96,7 +96,7 @@ def test_parallel_data_skips_bad_lines(data_dir, tmp_path):
   assert str(e.value) == (f"{data_dir}/train.en:6: not valid UTF-8 (byte 0xff at column 1); "
                           "fix the file or pass --on_bad_line=skip")
   data = ParallelData(_config(data_dir, on_bad_line="skip"), str(tmp_path / "model"))
-  assert data.train_corpora[0][2].bad_lines == (5,)
+  assert data.train_corpora[0].scan.bad_lines == (5,)
   train = list(data.train_pairs().as_numpy_iterator())
   assert len(train) == 149
   assert (pairs[5][0].encode(), pairs[5][1].encode()) not in train

@@ -50,6 +50,20 @@ TABLES = {
                                              False),
         "row counts differ": ("source=[b'aa', b'bb'], target=[b'cc']", True),
     },
+    "translate_constrained": {
+        **{name: (f"inputs={rows}, constraints=[b''] * len({rows})", False)
+           for name, rows in _LONG.items()},
+        **{name: (f"inputs={rows}, constraints=[b'aa'] * len({rows})", False)
+           for name, rows in (("5,000 rows each with a phrase", "[b'aa bb'] * 5000"),)},
+        "invalid UTF-8, NUL and control bytes in phrases to avoid": (
+            "inputs=[b'aa', b'bb'], constraints=[b'!\\xc3\\x28', b'!a\\x00b\\x07']", False),
+        "a phrase to include that the vocabulary cannot write": (
+            "inputs=[b'aa'], constraints=[b'\\xc3\\x28']", True),
+        "a 1 MB phrase": ("inputs=[b'aa'], constraints=[b'x' * 2**20]", True),
+        "a 1 MB line of phrases": ("inputs=[b'aa'], constraints=[b'aa\\t' * 350_000]", True),
+        "only tabs": ("inputs=[b'aa'], constraints=[b'\\t\\t']", True),
+        "row counts differ": ("inputs=[b'aa', b'bb'], constraints=[b'cc']", True),
+    },
     "sample": {
         **{name: (f"inputs={rows}, seed=list(range(len({rows})))", False)
            for name, rows in _LONG.items()},

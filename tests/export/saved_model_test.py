@@ -22,8 +22,8 @@ from tf_transformer.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
           "x" * 5000]
-SIGNATURES = ("serving_default", "translate_nbest", "translate_prefix", "sample", "sample_prefix",
-              "score", "align")
+SIGNATURES = ("serving_default", "translate_nbest", "translate_prefix", "translate_constrained",
+              "translate_constrained_prefix", "sample", "sample_prefix", "score", "align")
 
 
 @pytest.fixture(scope="module")

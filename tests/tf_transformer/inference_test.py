@@ -107,7 +107,7 @@ def test_the_readme_python_example_runs_as_written(tiny_model_dir, tmp_path, kin
   namespace, values = _run_statements(code.replace("models/multi30k_en_de", path))
   model, sources, nbest = namespace["model"], namespace["sources"], namespace["nbest"]
   assert model.is_saved_model == (kind == "saved_model")
-  first, scores, prefixed = values
+  first, scores, prefixed, constrained = values
   assert isinstance(first, list) and len(first) == 1 and isinstance(first[0], str)
   assert [len(hypotheses) for hypotheses in nbest] == [4, 4]
   for hypotheses in nbest:
@@ -128,6 +128,9 @@ def test_the_readme_python_example_runs_as_written(tiny_model_dir, tmp_path, kin
   prefix_text = target.detokenize(target.tokenize(tf.constant(["Ein Hund"])))[0].numpy().decode()
   assert prefixed[0].startswith(prefix_text) and prefixed[0] != first[0]
   assert prefixed[1] == nbest[1][0].text  # an empty prefix forces nothing
+  # terminology: even a random model's outputs hold the term, and not the banned word
+  words = [re.findall(r"\w+", output) for output in constrained]
+  assert "rennt" in words[0] and "reden" not in words[1], constrained
 
 
 def test_a_saved_models_weights_and_search_are_refused_as_fixed_at_export(tmp_path):
@@ -147,7 +150,7 @@ def test_a_saved_models_weights_and_search_are_refused_as_fixed_at_export(tmp_pa
   # what load() makes of such a SavedModel, its signatures never to be called
   model = inference.TranslationModel(
       "export/2", True, DecodeConfig(beam_size=2, alpha=0.6),
-      lambda config: inference.InferenceFunctions(*[searched] * 6, length_batching.count_words))
+      lambda config: inference.InferenceFunctions(*[searched] * 8, length_batching.count_words))
   for search, fixed in (({"beam_size": 3}, "beam_size=2 is"), ({"alpha": 1.0}, "alpha=0.6 is"),
                         ({"beam_size": 3, "sampling_topk": 5},
                          "beam_size=2 and sampling_topk=0 are")):

@@ -181,6 +181,10 @@ flags.DEFINE_float("sampling_temperature", 1.0,
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
 _integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size), or samples "
          "with --strategy=sample.")
+_integer("max_constraint_tokens", 32,
+         "The most subword pieces of a sentence's --constraints that must appear, and of each "
+         "phrase that must not (and the most such phrases): a SavedModel's constrained "
+         "searches are compiled for this many.")
 flags.DEFINE_bool("decode_jit", False,
                   "XLA-compile the search (batches padded to shape buckets, each compiled once "
                   "in a few seconds; 2.5-3x faster one sentence at a time, ~1.1-1.3x in batches "

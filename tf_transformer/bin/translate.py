@@ -3,7 +3,7 @@
 --flagfile=F --ensemble=DIR1,DIR2[,...] [--ensemble_weights=W1,W2,...])
 [--input F] [--output F] [--beam_size --alpha --nbest --batch_size --batch_tokens]
 [--strategy=sample --sampling_topk --sampling_topp --sampling_temperature --seed]
-[--stream] [--print_alignment] [--score --targets F] [--target_prefix F]`.
+[--stream] [--print_alignment] [--score --targets F] [--target_prefix F] [--constraints F]`.
 
 Output: one line per input line, in order; an empty line stays empty. With --nbest > 1, each
 hypothesis is a line `index ||| translation ||| score` (the Moses n-best format). With
@@ -12,7 +12,9 @@ hypothesis is a line `index ||| translation ||| score` (the Moses n-best format)
 out). With --score, `score ||| target` lines: the log-probability of each target given its
 source line over the length penalty ((5 + length) / 6)^alpha, as beam search scores. With
 --target_prefix, each translation starts with the line of that file (its subword pieces forced,
-the search continuing after them; an empty line forces nothing). With --strategy=sample, each
+the search continuing after them; an empty line forces nothing). With --constraints, every
+translation of a line contains each tab-separated phrase of that file's line, and none of those
+written with a leading "!" (terminology; docs/translating.md). With --strategy=sample, each
 output is drawn at random from the model's distribution (back-translation), --nbest of them a
 line; a line's draws depend on --seed and its line number alone.
 
@@ -47,6 +49,11 @@ flags.DEFINE_string("target_prefix", None,
                     "Translations start with these: one prefix a line, line-aligned with "
                     "--input (an empty line: none). For interactive and post-editing tools.")
 
+flags.DEFINE_string("constraints", None,
+                    "Terminology: one line per --input line of tab-separated target phrases "
+                    "that its translations must contain (as whole words, in any order), or must "
+                    "not contain when written with a leading '!'; an empty line: none.")
+
 FLAGS = flags.FLAGS
 
 
@@ -59,8 +66,11 @@ def _check_modes():
     raise FlagError("--targets is read only with --score")
   if FLAGS.score and (FLAGS.stream or FLAGS.print_alignment or FLAGS.nbest > 1):
     raise FlagError("--score does not combine with --stream, --print_alignment or --nbest")
-  if FLAGS.target_prefix and (FLAGS.score or FLAGS.print_alignment):
-    raise FlagError("--target_prefix does not combine with --score or --print_alignment")
+  for name in ("target_prefix", "constraints"):
+    if FLAGS[name].value and (FLAGS.score or FLAGS.print_alignment):
+      raise FlagError(f"--{name} does not combine with --score or --print_alignment")
+  if FLAGS.constraints and FLAGS.strategy == "sample":
+    raise FlagError("--constraints need a beam search, not --strategy=sample")
   if FLAGS.print_alignment and FLAGS.nbest > 1:
     raise FlagError("--print_alignment aligns the best translation only: drop --nbest")
   if FLAGS.strategy == "sample" and (FLAGS.score or FLAGS.print_alignment):
@@ -97,15 +107,22 @@ def main(argv):
       if sys.stdin.isatty() and not FLAGS.input:
         logging.info("translating each line as it is typed (Ctrl-D ends)")
       try:
-        prefixes = (translation_io.iter_lines(FLAGS.target_prefix) if FLAGS.target_prefix
-                    else None)
-        translation_io.translate_stream(model, translation_io.iter_lines(FLAGS.input), out,
-                                        FLAGS.nbest, FLAGS.print_alignment, prefixes, search)
+        prefixes, constraints = (translation_io.iter_lines(FLAGS[name].value)
+                                 if FLAGS[name].value else None
+                                 for name in ("target_prefix", "constraints"))
+        with _naming_constraint_lines():
+          translation_io.translate_stream(model, translation_io.iter_lines(FLAGS.input), out,
+                                          FLAGS.nbest, FLAGS.print_alignment, prefixes, search,
+                                          constraints)
       except KeyboardInterrupt:
         sys.exit(130)  # Ctrl-C ends a typed session like Ctrl-D, without a traceback
       return
     texts = sources if FLAGS.score else translation_io.read_lines(FLAGS.input)
-    prefixes = _read_prefixes(len(texts)) if FLAGS.target_prefix else None
+    prefixes = _read_aligned("target_prefix", len(texts)) if FLAGS.target_prefix else None
+    constraints = None
+    if FLAGS.constraints:
+      constraints = [translation_io.constraint_phrases(line)
+                     for line in _read_aligned("constraints", len(texts))]
     # the bar prints on stdout: only when the answers go to a file
     progress = ProgressBar(len(texts), unit="pair" if FLAGS.score else "sentence") \
         if FLAGS.output else None
@@ -113,21 +130,33 @@ def main(argv):
       out.writelines(translation_io.score_lines(model, sources, targets, progress=progress,
                                                 **batching))
     else:
-      out.writelines(translation_io.translation_lines(
-          model, texts, FLAGS.nbest, FLAGS.print_alignment, target_prefix=prefixes,
-          search=search, progress=progress, **batching))
+      with _naming_constraint_lines():
+        out.writelines(translation_io.translation_lines(
+            model, texts, FLAGS.nbest, FLAGS.print_alignment, target_prefix=prefixes,
+            search=search, constraints=constraints, progress=progress, **batching))
     if progress is not None:
       progress.close()
 
 
-def _read_prefixes(count: int) -> list[str]:
-  """--target_prefix's lines, which must be as many as the input's."""
+def _read_aligned(name: str, count: int) -> list[str]:
+  """The lines of the file of flag `name`, which must be as many as the input's."""
   from tf_transformer import translation_io
-  prefixes = translation_io.read_lines(FLAGS.target_prefix)
-  if len(prefixes) != count:
-    raise FlagError(f"{FLAGS.target_prefix} has {len(prefixes)} lines but "
-                           f"{FLAGS.input or '<stdin>'} has {count}; they must be line-aligned")
-  return prefixes
+  path = FLAGS[name].value
+  lines = translation_io.read_lines(path)
+  if len(lines) != count:
+    raise FlagError(f"{path} has {len(lines)} lines but {FLAGS.input or '<stdin>'} has "
+                    f"{count}; they must be line-aligned")
+  return lines
+
+
+@contextlib.contextmanager
+def _naming_constraint_lines():
+  """A ConstraintError as a FlagError naming --constraints' file and line."""
+  from tf_transformer.lexical_constraints import ConstraintError
+  try:
+    yield
+  except ConstraintError as e:
+    raise FlagError(f"{FLAGS.constraints}:{e.sentence + 1}: {e.problem}") from None
 
 
 def run():

@@ -150,7 +150,7 @@ def test_stream_writes_each_answer_before_the_next_read():
       events.append(("flush",))
 
   fake = TranslationModel("fake", False, DecodeConfig(beam_size=2), lambda config:
-                          InferenceFunctions(translate_nbest, *[None] * 5, count_words))
+                          InferenceFunctions(translate_nbest, *[None] * 7, count_words))
   translation_io.translate_stream(fake, lines(), Out(), nbest=2)
   assert events == [("read", "ab"), ("write", "0 ||| ba ||| -1.0000\n0 ||| ab ||| -2.0000\n"),
                     ("flush",), ("read", ""), ("write", "1 |||  ||| 0.0000\n"), ("flush",),
