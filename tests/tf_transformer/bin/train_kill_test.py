@@ -59,11 +59,11 @@ else:
   tf.train.CheckpointManager.save = saving
   if moment == "evaluation":  # the dev translations of step 8 are under way
     translate, calls = evaluator.Evaluator.translate, []
-    def translating(self, texts):
+    def translating(self, *args, **kwargs):
       calls.append(1)
       if len(calls) == 2:
         die()
-      return translate(self, texts)
+      return translate(self, *args, **kwargs)
     evaluator.Evaluator.translate = translating
 
 sys.argv = ["train", *sys.argv[1:]]
