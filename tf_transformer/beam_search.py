@@ -156,7 +156,9 @@ def _next_logits(symbols_to_logits_fn, step, last_ids, cache, no_eos, *, beam_si
   logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
   logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
   is_eos = tf.equal(tf.range(tf.shape(logits)[-1]), eos_id)[tf.newaxis]
-  allowed = tf.where(no_eos & is_eos, NEG_INF, logits)
+  # past min_decode_length, with no constraint unmet, there is nothing to mask: skip a pass
+  allowed = tf.cond(tf.reduce_any(no_eos), lambda: tf.where(no_eos & is_eos, NEG_INF, logits),
+                    lambda: logits)
   if mask is not None:
     allowed = mask(allowed)
   if prefix_ids is not None:
