@@ -36,16 +36,21 @@ class ProgressBar:
     stream: where the bar goes (default sys.stdout); a terminal gets the redrawn line.
     log_every_s: off a terminal, the least time between two plain lines.
     delay_s: show nothing until the work has taken this long (quick work stays silent).
+    time_limit_s: the work stops after this many seconds from the bar's start at the latest
+      (a time budget, as --train_minutes): the ETA is never later, and the bar counts toward
+      whichever comes first.
   """
 
   def __init__(self, total: int | None, unit: str = "step", label: str = "", initial: int = 0,
-               stream=None, log_every_s: float = 30.0, delay_s: float = 0.0):
+               stream=None, log_every_s: float = 30.0, delay_s: float = 0.0,
+               time_limit_s: float | None = None):
     self.total, self.unit, self.label = total, unit, label
     self.initial = self.current = initial
     self.stream = stream or sys.stdout
     self.is_terminal = bool(getattr(self.stream, "isatty", lambda: False)())
     self.log_every_s = log_every_s
     self.delay_s = delay_s
+    self.time_limit_s = time_limit_s
     self.values = {}
     self.start = time.monotonic()
     self._last_shown = -float("inf")
@@ -95,8 +100,13 @@ class ProgressBar:
     else:
       parts.append(f"{1 / rate:.3g} s/{self.unit}")
     parts.append(f"elapsed {_clock(elapsed)}")
+    left = []
     if self.total is not None and rate > 0 and self.current < self.total:
-      parts.append(f"ETA {_clock((self.total - self.current) / rate)}")
+      left.append((self.total - self.current) / rate)
+    if self.time_limit_s is not None:
+      left.append(max(self.time_limit_s - elapsed, 0.0))
+    if left:
+      parts.append(f"ETA {_clock(min(left))}")
     parts += [f"{name} {_value(value)}" for name, value in self.values.items()]
     return ", ".join(parts)
 

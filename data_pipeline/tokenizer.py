@@ -6,6 +6,7 @@ written through tf.io.gfile, so a model directory may be on any TensorFlow file 
 """
 
 import dataclasses
+import hashlib
 import os
 import tempfile
 import time
@@ -14,6 +15,7 @@ from typing import Iterable
 import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
+from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
 from common import files
 from common.progress import ProgressBar
@@ -59,9 +61,33 @@ def load_tokenizer(model_path: str, alpha: float = 0.0,
   with tf.io.gfile.GFile(model_path, "rb") as f:
     model = f.read()
   if alpha > 0:
-    return tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, alpha=alpha,
-                                          nbest_size=nbest_size)
-  return tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, alpha=alpha,
+                                               nbest_size=nbest_size)
+  else:
+    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+  tokenizer._model_resource = _NamedSentencepieceModel(model)  # pylint: disable=protected-access
+  return tokenizer
+
+
+class _NamedSentencepieceModel(tf.saved_model.experimental.TrackableResource):
+  """A SentencePiece model's resource, named after the model's bytes.
+
+  tf-text's own resource belongs to the eager kernel that created it, and TensorFlow drops
+  that kernel whenever it clears its kernel cache, as `tf.random.set_seed` and
+  `keras.utils.set_random_seed` do: a vocabulary loaded before a program seeds TensorFlow would
+  fail at its next use. A named resource outlives its kernel; tokenizers of the same bytes share
+  it, as they safely may.
+  """
+
+  def __init__(self, model: bytes):
+    super().__init__()
+    self._model = model
+    self._shared_name = "sentencepiece_" + hashlib.sha256(model).hexdigest()
+    _ = self.resource_handle  # creates the resource now, outside any tf.function
+
+  def _create_resource(self):
+    return gen_sentencepiece_tokenizer.sentencepiece_op(model=self._model,
+                                                        shared_name=self._shared_name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,9 +34,10 @@ def next_version(export_dir: str, preferred: int) -> int:
   return preferred if preferred not in taken and preferred > 0 else max(taken + [0]) + 1
 
 
-def _warmup_log(signature_name: str, specs, texts):
+def _warmup_log(signature_name: str, specs, texts, constraints: str = ""):
   """A PredictionLog of one request to `signature_name` giving `texts` to each string input
-  of `specs` (its tf.TensorSpecs) and the numbers 0, 1, ... to each integer one (the seeds)."""
+  of `specs` (its tf.TensorSpecs), the numbers 0, 1, ... to each integer one (the seeds), and
+  `constraints` to each row's constraints."""
   from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
   request = predict_pb2.PredictRequest(
@@ -44,39 +45,42 @@ def _warmup_log(signature_name: str, specs, texts):
   for spec in specs:
     values = texts if spec.dtype == tf.string else list(range(len(texts)))
     if spec.name == "constraints":
-      # none: a constrained search's compiled shapes are the export's (max_constraint_tokens),
-      # whatever the constraints, and a phrase might not fit an export's length limit
-      values = [""] * len(texts)
+      values = [constraints] * len(texts)
     request.inputs[spec.name].CopyFrom(tf.make_tensor_proto(values, dtype=spec.dtype))
   return prediction_log_pb2.PredictionLog(
       predict_log=prediction_log_pb2.PredictLog(request=request))
 
 
-def _warmup_batches(signatures: dict, batching, buckets=None) -> list[tuple[str, list[str]]]:
-  """(signature name, texts) of each warm-up request: WARMUP_BATCH_SIZES rows of the cycled
-  WARMUP_INPUTS for each signature; with `batching` (config.BatchingConfig), for each of
-  Translator.BATCHED_SIGNATURES instead, each allowed batch size of rows, all one text, for one
-  text of each shape among those of `buckets` ({text: Translator.shape_buckets(text)}): its
-  merged searches run at those sizes, and a batch is as wide as its widest text, so every merge
-  of texts as wide as these is compiled at load."""
+def _warmup_batches(signatures: dict, batching, buckets=None,
+                    constraint_lines=("",)) -> list[tuple[str, list[str], str]]:
+  """(signature name, texts, constraints of each row) of each warm-up request:
+  WARMUP_BATCH_SIZES rows of the cycled WARMUP_INPUTS for each signature; with `batching`
+  (config.BatchingConfig), for each of Translator.BATCHED_SIGNATURES instead, each allowed
+  batch size of rows, all one text, for one text of each shape among those of `buckets`
+  ({text: Translator.shape_buckets(text)}): its merged searches run at those sizes, and a batch
+  is as wide as its widest text, so every merge of texts as wide as these is compiled at load.
+  The signatures with a `constraints` input get each request once with each of
+  `constraint_lines` (Translator.warmup_constraints: one per compiled width)."""
   requests = []
   for name, signature in signatures.items():
+    inputs = {spec.name for spec in tf.nest.flatten(signature.structured_input_signature)}
     if batching and name in Translator.BATCHED_SIGNATURES:
-      inputs = {spec.name for spec in tf.nest.flatten(signature.structured_input_signature)}
       widths = ["source"] + [width for width in ("target", "prefix") if width in inputs]
       shapes = {}
       for text in sorted(buckets, key=lambda text: not text):  # non-empty texts first
         shapes.setdefault(tuple(buckets[text][width] for width in widths), text)
-      requests += [(name, [text] * size) for size in batching.allowed_batch_sizes
-                   for text in shapes.values()]
+      batches = [[text] * size for size in batching.allowed_batch_sizes
+                 for text in shapes.values()]
     else:
-      requests += [(name, [WARMUP_INPUTS[i % len(WARMUP_INPUTS)] for i in range(batch)])
-                   for batch in WARMUP_BATCH_SIZES]
+      batches = [[WARMUP_INPUTS[i % len(WARMUP_INPUTS)] for i in range(batch)]
+                 for batch in WARMUP_BATCH_SIZES]
+    lines = constraint_lines if "constraints" in inputs else ("",)
+    requests += [(name, texts, line) for texts in batches for line in lines]
   return requests
 
 
 def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
-                          buckets=None) -> str:
+                          buckets=None, constraint_lines=("",)) -> str:
   """assets.extra/tf_serving_warmup_requests: PredictionLog records of the requests of
   `_warmup_batches` (a 1-row and an 8-row request to each signature without batching).
 
@@ -90,6 +94,8 @@ def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
     batching: the export's config.BatchingConfig, or None.
     buckets: with `batching`, the candidate texts of the batched signatures' warm-ups and
       their widths, {text: Translator.shape_buckets(text)}.
+    constraint_lines: the constraints of the constrained signatures' warm-ups
+      (Translator.warmup_constraints).
 
   Returns:
     The path of the records file.
@@ -97,9 +103,10 @@ def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
   path = tf.io.gfile.join(version_dir, "assets.extra", "tf_serving_warmup_requests")
   tf.io.gfile.makedirs(tf.io.gfile.join(version_dir, "assets.extra"))
   with tf.io.TFRecordWriter(path) as writer:
-    for name, texts in _warmup_batches(signatures, batching, buckets):
+    for name, texts, constraints in _warmup_batches(signatures, batching, buckets,
+                                                    constraint_lines):
       specs = tf.nest.flatten(signatures[name].structured_input_signature)
-      writer.write(_warmup_log(name, specs, texts).SerializeToString())
+      writer.write(_warmup_log(name, specs, texts, constraints).SerializeToString())
   return path
 
 
@@ -119,7 +126,8 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
     tf.saved_model.save(module, temporary, signatures=signatures)
     buckets = {text: module.shape_buckets(text)
                for text in WARMUP_INPUTS + (WARMUP_LONG_INPUT,)} if batching else None
-    write_warmup_requests(temporary, signatures, batching, buckets)
+    write_warmup_requests(temporary, signatures, batching, buckets,
+                          module.warmup_constraints())
     # the whole folder is renamed at the end: the file itself needs no temporary name
     with tf.io.gfile.GFile(tf.io.gfile.join(temporary, "assets.extra", "decoding.json"), "w") as f:
       f.write(json.dumps(settings, indent=2))

@@ -5,6 +5,8 @@ follows the argmax path but also keeps the best hypothesis that ended on the way
 return a shorter output than plain greedy decoding when that one scores better.
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from tf_transformer import lexical_constraints
@@ -126,14 +128,79 @@ def force_prefix(logits, prefix_ids, step, beam_size: int):
   return tf.where((forced > 0)[:, tf.newaxis] & other, NEG_INF, logits)
 
 
+class _Best(NamedTuple):
+  """The 2K best extensions of each sentence, and of each of its live hypotheses."""
+  log_probs: tf.Tensor  # float32 [B, 2K], the sentence's, descending
+  tokens: tf.Tensor  # int32 [B, 2K], their new tokens
+  beams: tf.Tensor  # int32 [B, 2K], each one's parent among the K live hypotheses
+  row_log_probs: tf.Tensor  # float32 [B, K, 2K], each hypothesis's, descending in a row
+  row_tokens: tf.Tensor  # int32 [B, K, 2K]
+
+
+def _next_logits(symbols_to_logits_fn, step, last_ids, cache, no_eos, *, beam_size: int,
+                 eos_id: int, prefix_ids=None, gives_log_probs: bool = False, mask=None):
+  """Runs the decoder one step and masks what may not come next.
+
+  Args:
+    symbols_to_logits_fn, step, last_ids, cache, beam_size, eos_id, prefix_ids,
+      gives_log_probs: as in `_grow_alive`.
+    no_eos: bool scalar or [B * K, 1]: the rows where EOS may not come yet.
+    mask: optional fn(logits [B * K, V]) -> logits, further masks (before the prefix's).
+
+  Returns:
+    allowed: float32 [B * K, V], the logits with NEG_INF where a token may not come.
+    normaliser: float32 [B * K, 1], what turns a logit into a log-probability (0.0 when
+      gives_log_probs).
+    cache: the state after `step`, by parent.
+  """
+  logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
+  logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
+  is_eos = tf.equal(tf.range(tf.shape(logits)[-1]), eos_id)[tf.newaxis]
+  # past min_decode_length, with no constraint unmet, there is nothing to mask: skip a pass
+  allowed = tf.cond(tf.reduce_any(no_eos), lambda: tf.where(no_eos & is_eos, NEG_INF, logits),
+                    lambda: logits)
+  if mask is not None:
+    allowed = mask(allowed)
+  if prefix_ids is not None:
+    allowed = force_prefix(allowed, prefix_ids, step, beam_size)
+  normaliser = 0.0
+  if not gives_log_probs:
+    normaliser = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+  return allowed, normaliser, cache
+
+
+def _best_extensions(allowed, normaliser, alive_log_probs, batch, beam_size: int) -> _Best:
+  """The 2K best extensions of each sentence (see `_grow_alive`), from `_next_logits`'s
+  `allowed` [B * K, V] and `normaliser`, and the live hypotheses' log-probabilities [B, K].
+
+  The 2K best of a sentence are among the 2K best of each of its hypotheses, so each row is
+  cut to its 2K best first, and normalised (a shift of a row) alone.
+  """
+  k = beam_size
+  per_row = min(2 * k, allowed.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
+  row_logits, row_tokens = top_k_rows(allowed, per_row)  # -> [B * K, 2K]
+  row_log_probs = _unflatten_beam(row_logits - normaliser, batch, k)  # -> [B, K, 2K]
+  row_log_probs += alive_log_probs[:, :, tf.newaxis]
+  flat = tf.reshape(row_log_probs, [batch, -1])  # -> [B, K * 2K]
+  log_probs, indices = tf.math.top_k(flat, k=2 * k)  # -> [B, 2K]
+  row_tokens = _unflatten_beam(row_tokens, batch, k)  # -> [B, K, 2K]
+  tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), indices, batch_dims=1)
+  return _Best(log_probs, tokens, indices // per_row, row_log_probs, row_tokens)
+
+
+def _extended_ids(alive_ids, beams, tokens, step, buffer_length):
+  """int32 [B, M, L]: the parents `beams` [B, M] of `alive_ids` [B, K, L] with `tokens`
+  [B, M] at position `step`."""
+  position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
+  return _gather_beams(alive_ids, beams) + tokens[:, :, tf.newaxis] * position
+
+
 def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache, *,
                 batch, beam_size: int, eos_id: int, min_decode_length, buffer_length,
                 prefix_ids=None, gives_log_probs: bool = False):
   """Extends each live hypothesis by one token and keeps the 2K best extensions of a sentence.
 
-  2K: even if K of them end in EOS, K live ones remain. The 2K best of a sentence are among the
-  2K best of each of its hypotheses, so each row is cut to its 2K best first, and log_softmax
-  (a shift of a row) is applied to those alone.
+  2K: even if K of them end in EOS, K live ones remain.
 
   Args:
     symbols_to_logits_fn: as in `beam_search`.
@@ -157,29 +224,13 @@ def _grow_alive(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs
     top_beams: int32 [B, 2K], the index of each one's parent among the K live hypotheses.
     cache: nested structure of [B * K, ...] tensors, the state after `step`, by parent.
   """
-  k = beam_size
-  logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
-  logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
-  vocab_size = tf.shape(logits)[-1]
-  eos_column = tf.one_hot(eos_id, vocab_size, on_value=NEG_INF, off_value=0.0)
-  allowed = tf.cond(step + 1 < min_decode_length, lambda: logits + eos_column, lambda: logits)
-  if prefix_ids is not None:
-    allowed = force_prefix(allowed, prefix_ids, step, k)
-  per_row = min(2 * k, logits.shape[-1] or 2 * k)  # all of a vocabulary smaller than 2K
-  row_logits, row_tokens = top_k_rows(allowed, per_row)  # -> [B * K, 2K]
-  row_log_probs = row_logits
-  if not gives_log_probs:
-    row_log_probs -= tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
-  log_probs = _unflatten_beam(row_log_probs, batch, k)  # -> [B, K, 2K]
-  log_probs += alive_log_probs[:, :, tf.newaxis]
-  flat = tf.reshape(log_probs, [batch, -1])  # -> [B, K * 2K]
-  top_log_probs, top_indices = tf.math.top_k(flat, k=2 * k)  # -> [B, 2K]
-  top_beams = top_indices // per_row
-  # [B * K, 2K] -> [B, K * 2K], the layout of `flat`
-  top_tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), top_indices, batch_dims=1)
-  position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
-  top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
-  return top_ids, top_log_probs, top_tokens, top_beams, cache
+  allowed, normaliser, cache = _next_logits(
+      symbols_to_logits_fn, step, last_ids, cache, step + 1 < min_decode_length,
+      beam_size=beam_size, eos_id=eos_id, prefix_ids=prefix_ids,
+      gives_log_probs=gives_log_probs)
+  best = _best_extensions(allowed, normaliser, alive_log_probs, batch, beam_size)
+  top_ids = _extended_ids(alive_ids, best.beams, best.tokens, step, buffer_length)
+  return top_ids, best.log_probs, best.tokens, best.beams, cache
 
 
 def _grow_constrained(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log_probs, cache,
@@ -206,31 +257,21 @@ def _grow_constrained(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log
     cache as `_grow_alive`'s.
   """
   k = beam_size
-  logits, cache = symbols_to_logits_fn(tf.reshape(last_ids, [-1]), step, cache)
-  logits = tf.cast(logits, tf.float32)  # -> [B * K, V]
-  vocab_size = tf.shape(logits)[-1]
   unmet = lexical_constraints.unmet(constraints, state)  # -> [B, K]
   no_eos = tf.reshape((unmet > 0) | (step + 1 < min_decode_length), [-1, 1])
-  is_eos = tf.equal(tf.range(vocab_size), eos_id)[tf.newaxis]
-  allowed = tf.where(no_eos & is_eos, NEG_INF, logits)
-  allowed = lexical_constraints.banned_logits(allowed, constraints, alive_ids, step, k)
-  allowed = lexical_constraints.after_phrase_logits(allowed, constraints, state)
-  if prefix_ids is not None:
-    allowed = force_prefix(allowed, prefix_ids, step, k)
-  normaliser = 0.0
-  if not gives_log_probs:
-    normaliser = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)  # -> [B * K, 1]
-  per_row = min(2 * k, logits.shape[-1] or 2 * k)
-  row_logits, row_tokens = top_k_rows(allowed, per_row)  # -> [B * K, 2K]
-  log_probs = _unflatten_beam(row_logits - normaliser, batch, k)  # -> [B, K, 2K]
-  log_probs += alive_log_probs[:, :, tf.newaxis]
-  best_log_probs, best = tf.math.top_k(tf.reshape(log_probs, [batch, -1]), k=2 * k)
-  best_beams = best // per_row
-  best_tokens = tf.gather(tf.reshape(row_tokens, [batch, -1]), best, batch_dims=1)
+
+  def mask(logits):
+    logits = lexical_constraints.banned_logits(logits, constraints, alive_ids, step, k)
+    return lexical_constraints.after_phrase_logits(logits, constraints, state)
+
+  allowed, normaliser, cache = _next_logits(
+      symbols_to_logits_fn, step, last_ids, cache, no_eos, beam_size=k, eos_id=eos_id,
+      prefix_ids=prefix_ids, gives_log_probs=gives_log_probs, mask=mask)
+  best = _best_extensions(allowed, normaliser, alive_log_probs, batch, k)
   # each live hypothesis's own best next token: the 2K best of a sentence may all extend the
   # likeliest hypotheses, and a hypothesis of a bank that met more tokens would die out
-  own_log_probs = log_probs[:, :, 0]  # -> [B, K]
-  own_tokens = tf.reshape(row_tokens[:, 0], [batch, k])
+  own_log_probs = best.row_log_probs[:, :, 0]  # -> [B, K]
+  own_tokens = best.row_tokens[:, :, 0]
   # each live hypothesis followed by each constraint token: [B, K, C] -> [B, K * C]
   count = tf.shape(constraints.tokens)[1]
   tokens = tf.broadcast_to(constraints.tokens[:, tf.newaxis], [batch, k, count])
@@ -239,15 +280,15 @@ def _grow_constrained(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log
   met_log_probs = tf.where(lexical_constraints.allowed_tokens(constraints, state),
                            met_log_probs, NEG_INF)
   met_beams = tf.broadcast_to(tf.range(k)[:, tf.newaxis], [k, count])
-  top_log_probs = tf.concat([best_log_probs, own_log_probs,
+  top_log_probs = tf.concat([best.log_probs, own_log_probs,
                              tf.reshape(met_log_probs, [batch, -1])], axis=1)
-  top_tokens = tf.concat([best_tokens, own_tokens, tf.reshape(tokens, [batch, -1])], axis=1)
-  top_beams = tf.concat([best_beams, tf.broadcast_to(tf.range(k), [batch, k]),
+  top_tokens = tf.concat([best.tokens, own_tokens, tf.reshape(tokens, [batch, -1])], axis=1)
+  top_beams = tf.concat([best.beams, tf.broadcast_to(tf.range(k), [batch, k]),
                          tf.broadcast_to(tf.reshape(met_beams, [1, -1]), [batch, k * count])],
                         axis=1)
   valid = top_log_probs > NEG_INF / 2  # -> [B, M]
   # a constraint token among a hypothesis's 2K best, or in two of its phrases: one candidate
-  key = top_beams * vocab_size + top_tokens
+  key = top_beams * tf.shape(allowed)[-1] + top_tokens
   places = tf.range(tf.shape(key)[1])
   earlier = places[tf.newaxis, :] < places[:, tf.newaxis]  # -> [M, M]: j before i
   repeats = tf.reduce_any(tf.equal(key[:, :, tf.newaxis], key[:, tf.newaxis, :])
@@ -259,8 +300,7 @@ def _grow_constrained(symbols_to_logits_fn, step, last_ids, alive_ids, alive_log
   places_left = tf.maximum(limits - 2 - step, 0)[:, tf.newaxis]
   fits = lexical_constraints.unmet(constraints, new_state) <= places_left
   top_log_probs = tf.where(valid & tf.logical_not(repeats) & fits, top_log_probs, NEG_INF)
-  position = tf.one_hot(step, buffer_length, dtype=tf.int32)  # -> [L]
-  top_ids = _gather_beams(alive_ids, top_beams) + top_tokens[:, :, tf.newaxis] * position
+  top_ids = _extended_ids(alive_ids, top_beams, top_tokens, step, buffer_length)
   return top_ids, top_log_probs, top_tokens, top_beams, new_state, cache
 
 

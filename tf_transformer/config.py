@@ -277,7 +277,7 @@ class DecodeConfig(_Checked):
   min_decode_length, max_decode_length: optional fixed bounds of an output's length (0: none;
   without max_decode_length, a sentence gets its source length + extra_decode_length tokens).
   max_constraint_tokens: the most subword pieces of a sentence's positive constraints, and of
-  each of its negative phrases, and the most negative phrases (the fixed shapes of a compiled
+  each of its negative phrases, and the most negative phrases (the widest shapes of a compiled
   constrained search).
   """
   strategy: str = "beam"

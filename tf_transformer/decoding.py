@@ -82,12 +82,11 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
     return scores, tuple(new_self)
 
   search = strategies.from_config(config)
-  extra = {} if constraints is None else {"constraints": constraints}
   return search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
                 tuple(cache["self"] for cache in caches), max_decode_length=max_decode_length,
                 eos_id=EOS_ID, min_decode_length=config.min_decode_length,
                 buffer_length=buffer_length, prefix_ids=prefix_ids, seeds=seeds,
-                gives_log_probs=gives_log_probs, **extra)
+                gives_log_probs=gives_log_probs, constraints=constraints)
 
 
 def output_limits(source_ids, config: DecodeConfig, prefix_ids=None):

@@ -10,9 +10,9 @@ from absl import logging
 def set_up_runtime(train_config) -> tf.distribute.Strategy:
   """Seeds, determinism, devices and the strategy: call it before any other TensorFlow work.
 
-  It must come first because seeding clears TensorFlow's kernel cache, which destroys
-  kernel-owned resources such as tf-text's SentencePiece model, and because logical CPU
-  devices and collective (multi-worker) runtimes cannot be configured once it has started.
+  It must come first because logical CPU devices and collective (multi-worker) runtimes
+  cannot be configured once TensorFlow has started, and because seeding clears TensorFlow's
+  kernel cache, which destroys the resources that eager kernels own.
   """
   c = train_config
   keras.utils.set_random_seed(c.seed)

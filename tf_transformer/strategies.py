@@ -48,9 +48,11 @@ class RandomSampling:
 
   def __call__(self, symbols_to_logits_fn, initial_ids, initial_cache, *, max_decode_length,
                eos_id: int, min_decode_length, buffer_length, prefix_ids=None, seeds=None,
-               gives_log_probs=False):
+               gives_log_probs=False, constraints=None):
     if seeds is None:
       raise ValueError("random sampling needs a seed for each row")
+    if constraints is not None:
+      raise ValueError("lexical constraints need beam search (--strategy=beam)")
     return sampling.sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds,
                            max_decode_length, eos_id, top_k=self.top_k, top_p=self.top_p,
                            temperature=self.temperature, alpha=self.alpha,

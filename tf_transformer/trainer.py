@@ -178,12 +178,14 @@ class Trainer:
   def _loop(self, stop: list):
     c = self.config
     step = self.step
-    progress = ProgressBar(c.train_steps, unit="step", initial=step)
-    window = _Window()
-    nonfinite_in_a_row = 0
+    budget_left = None
     if c.train_minutes:
       logging.info("--train_minutes=%g: %.2f of them trained before", c.train_minutes,
                    self.clock.elapsed() / 60)
+      budget_left = c.train_minutes * 60 - self.clock.elapsed()
+    progress = ProgressBar(c.train_steps, unit="step", initial=step, time_limit_s=budget_left)
+    window = _Window()
+    nonfinite_in_a_row = 0
     self.clock.start()
     spent = self.clock.spent(c.train_minutes, step)  # a spent run, resumed, trains no more
     try:

@@ -26,6 +26,9 @@ from tf_transformer.layers import precisions
 _STRINGS = tf.TensorSpec([None], tf.string)
 _SEEDS = tf.TensorSpec([None], tf.int64)
 _WIDTH_BUCKET = 16
+# The compiled constrained search has two widths: this many pieces (most terms fit) and
+# max_constraint_tokens; each candidate a step costs K x width more (see translating.md)
+NARROW_CONSTRAINTS = 8
 # A subword piece is at most 16 characters (SentencePiece's max_sentencepiece_length) of at most
 # 4 bytes, with white space around it: the bytes of a text that its first pieces can come from.
 _BYTES_PER_PIECE = 128
@@ -74,11 +77,40 @@ def _with_copies_of_first_row(tensor, extra_rows):
   return tf.concat([tensor, copies], axis=0)
 
 
-def _padded_to(tensor, size: int):
-  """tensor [B, ...] with each dimension after the first padded (0, False) to `size`."""
-  padding = [[0, 0]] + [[0, size - tf.shape(tensor)[axis]]
-                        for axis in range(1, tensor.shape.rank)]
-  return tf.ensure_shape(tf.pad(tensor, padding), [None] + [size] * (tensor.shape.rank - 1))
+def _padded_to(tensor, sizes):
+  """tensor [B, ...] with each dimension after the first padded (0, False) to its size in
+  `sizes` (int32 [rank - 1])."""
+  padding = tf.stack([tf.zeros_like(sizes), sizes - tf.shape(tensor)[1:]], axis=1)
+  return tf.pad(tensor, tf.concat([[[0, 0]], padding], axis=0))
+
+
+def _constraint_width(constraints, size: int):
+  """int32 scalar: the width of the XLA-compiled search's constraint tensors (tokens [B, w],
+  banned [B, w, w]) for `constraints` of any widths: NARROW_CONSTRAINTS when their positive
+  pieces, phrases to avoid and pieces of one all fit in it, else `size` (the export's
+  max_constraint_tokens, which no valid request exceeds). Two widths: the warm-up requests
+  compile both (`warmup_constraints`)."""
+  widest = tf.reduce_max(tf.concat([tf.shape(constraints.tokens)[1:],
+                                    tf.shape(constraints.banned)[1:]], axis=0))
+  return tf.where(widest <= NARROW_CONSTRAINTS, min(NARROW_CONSTRAINTS, size), size)
+
+
+def _trimmed(constraints, word_inside):
+  """lexical_constraints.Constraints padded to any widths -> the same constraints cut to the
+  widths of their longest row (padding costs every step of the search), with `word_inside`."""
+  def longest(counts):  # (0 for no row)
+    return tf.reduce_max(tf.concat([tf.reshape(counts, [-1]), [0]], axis=0))
+
+  def count(mask, axis):
+    return tf.reduce_sum(tf.cast(mask, tf.int32), axis=axis)
+
+  tokens, continues, banned = constraints[:3]
+  width = longest(count(tokens > 0, axis=1))
+  phrase_lengths = count(banned > 0, axis=2)  # -> [B, N]
+  return lexical_constraints.Constraints(
+      tokens[:, :width], continues[:, :width],
+      banned[:, :longest(count(phrase_lengths > 0, axis=1)), :longest(phrase_lengths)],
+      word_inside)
 
 
 class _ConstraintPieces(NamedTuple):
@@ -205,18 +237,19 @@ class Translator(tf.Module):
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
     # sentence's search stops at its own length limit, so neither changes its result), the
-    # constraints to the export's fixed sizes
+    # constraints to one of two widths (`_constraint_width`)
     padded_batch = _bucket_rows(batch)
     padded = [None if ids is None else self._bucketed(ids, padded_batch - batch)
               for ids in (source_ids, prefix_ids)]
     if seeds is not None:
       seeds = tf.concat([seeds, tf.tile(seeds[:1], [padded_batch - batch])], axis=0)
     if constraints is not None:
-      size = self.config.value.max_constraint_tokens
+      width = _constraint_width(constraints, self.config.value.max_constraint_tokens)
       constraints = constraints._replace(**{
           name: _padded_to(_with_copies_of_first_row(getattr(constraints, name),
-                                                     padded_batch - batch), size)
-          for name in ("tokens", "continues", "banned")})
+                                                     padded_batch - batch),
+                           tf.fill([rank - 1], width))
+          for name, rank in (("tokens", 2), ("continues", 2), ("banned", 3))})
     ids, scores = search(*padded, seeds, constraints)
     return ids[:batch], scores[:batch]
 
@@ -253,6 +286,23 @@ class Translator(tf.Module):
               "prefix": self._pieces_of(self.target_tokenizer, texts).bounding_shape()[1]}
     return {name: _bucket_width(int(width)) for name, width in widths.items()}
 
+  def warmup_constraints(self) -> list[str]:
+    """Constraint lines whose requests run the XLA-compiled constrained search at each of its
+    widths (`_constraint_width`): "" (the narrow one) and, when max_constraint_tokens is wider,
+    a phrase to avoid of NARROW_CONSTRAINTS + 1 pieces (which need not fit any output, so
+    every request may carry it). Without XLA the search has one graph for all widths: [""]."""
+    config = self.config.value
+    if not config.decode_jit or config.max_constraint_tokens <= NARROW_CONSTRAINTS:
+      return [""]
+    pieces = self.target_tokenizer.id_to_string(tf.range(self._word_inside.shape[0])).numpy()
+    words = {piece.decode("utf-8", "replace").lstrip("▁") for piece in pieces}
+    for word in sorted(word for word in words if word.isalpha()):
+      phrase = " ".join([word] * (NARROW_CONSTRAINTS + 1))
+      count = int(self.target_tokenizer.tokenize(tf.constant([phrase])).flat_values.shape[0])
+      if NARROW_CONSTRAINTS < count <= config.max_constraint_tokens:
+        return ["", "!" + phrase]
+    raise ValueError("no target word to warm up the wide constrained search with")
+
   def _source_ids(self, texts):
     """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""
     return self._ids(self.source_tokenizer, texts)
@@ -281,16 +331,19 @@ class Translator(tf.Module):
                  for array, (shape, dtype) in zip(arrays, outputs))
 
   def _search(self, texts, prefixes=None, constraints=None):
-    """string [B] (their target prefixes and constraints, string [B] each) -> (string
-    [B, nbest], float32 [B, nbest]) by beam search, max_batch_size rows at a time."""
-    optional = {"prefixes": prefixes, "constraints": constraints}
-    names = [name for name, value in optional.items() if value is not None]
+    """string [B] (their target prefixes, string [B], and lexical_constraints.Constraints
+    [B, ...]) -> (string [B, nbest], float32 [B, nbest]) by beam search, max_batch_size rows at
+    a time."""
+    lexical = () if constraints is None else tuple(constraints[:3])
 
     def chunk(texts, *values):
-      return self._search_chunk(self.nbest, "beam", texts, **dict(zip(names, values)))
+      prefixes = values[0] if len(values) > len(lexical) else None
+      constraints = (lexical_constraints.Constraints(*values[-3:]) if lexical else None)
+      return self._search_chunk(self.nbest, "beam", texts, prefixes, constraints=constraints)
 
+    optional = () if prefixes is None else (prefixes,)
     return self._in_chunks(chunk, [([self.nbest], tf.string), ([self.nbest], tf.float32)],
-                           texts, *(optional[name] for name in names))
+                           texts, *optional, *lexical)
 
   def _sample(self, texts, seeds, prefixes=None):
     """string [B], int64 seeds [B] (and target prefixes, string [B]) -> (string [B], float32
@@ -304,15 +357,15 @@ class Translator(tf.Module):
 
   def _search_chunk(self, count: int, strategy: str, texts, prefixes=None, seeds=None,
                     constraints=None):
-    """string [B] (target prefixes string [B], int64 seeds [B], constraints string [B]) -> the
-    `count` best outputs of the `strategy` search (string [B, count], float32 [B, count]);
-    blank input -> "" with score 0."""
+    """string [B] (target prefixes string [B], int64 seeds [B], lexical_constraints.Constraints
+    [B, ...] padded to any widths) -> the `count` best outputs of the `strategy` search
+    (string [B, count], float32 [B, count]); blank input -> "" with score 0."""
     prefix_ids = None
     if prefixes is not None:
       prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
           default_value=PAD_ID)
     if constraints is not None:
-      constraints = self._constraints(constraints)
+      constraints = _trimmed(constraints, self._word_inside)
     ids, scores = self._decode(self._source_ids(texts), prefix_ids, seeds, strategy,
                                constraints)
     ids, scores = ids[:, :count], scores[:, :count]
@@ -327,7 +380,7 @@ class Translator(tf.Module):
 
     A line holds tab-separated phrases of target text; one that starts with "!" must not
     appear; "" holds none. A line is read up to its first 2 x max_constraint_tokens phrases,
-    each up to its first `_constraint_bytes` bytes: more is refused (`_check_constraints`), and
+    each up to its first `_constraint_bytes` bytes: more is refused (`_checked_constraints`), and
     the heads bound the memory of any line."""
     most = 2 * self.config.value.max_constraint_tokens
     # a line of more phrases is refused: its rest stays one string (a 1 MB line of tabs is not
@@ -355,15 +408,13 @@ class Translator(tf.Module):
     """The most bytes of a phrase (see _BYTES_PER_PIECE)."""
     return _BYTES_PER_PIECE * self.config.value.max_constraint_tokens
 
-  def _constraints(self, lines):
-    """string [B] (see `_constraint_pieces`) -> lexical_constraints.Constraints."""
-    pieces = self._constraint_pieces(lines)
-    positive, negative = pieces.positive, pieces.negative
-    return lexical_constraints.from_phrases(positive, negative, self._word_inside)
-
-  def _check_constraints(self, inputs, lines, prefixes=None):
-    """Assertions that each row's constraints can be met: they fail the request with an
-    InvalidArgumentError that reads "constraints: <the problem> in row] [<its index>]".
+  def _checked_constraints(self, inputs, lines, prefixes=None):
+    """The constraints of each row, once each row's can be met: string [B] ->
+    lexical_constraints.Constraints (tokens, continues [B, max_constraint_tokens], banned
+    [B, max_constraint_tokens, max_constraint_tokens]; no word_inside), fixed widths so that
+    concurrent requests' rows merge. Their ops run after assertions that fail the request
+    with an InvalidArgumentError that reads "constraints: <the problem> in row] [<its index>]"
+    (before batching, so that one bad request fails no other).
 
     The problems: an empty phrase; more than 2 x max_constraint_tokens phrases; a phrase of
     more bytes than max_constraint_tokens pieces can hold (_BYTES_PER_PIECE each); a phrase of
@@ -408,9 +459,16 @@ class Translator(tf.Module):
          "the length limit of the output"),
     ]
     # (a 0 after the rows: argmax fails on a request of no row)
-    return [tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [
+    asserts = [tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [
         f"constraints: {problem} in row", tf.argmax(tf.concat([tf.cast(bad, tf.int32), [0]], 0))])
         for bad, problem in checks]
+    with tf.control_dependencies(asserts):
+      constraints = lexical_constraints.from_phrases(positive, negative)
+      return constraints._replace(**{
+          name: tf.ensure_shape(
+              _padded_to(getattr(constraints, name), tf.fill([rank - 1], size)),
+              [None] + [size] * (rank - 1))
+          for name, rank in (("tokens", 2), ("continues", 2), ("banned", 3))})
 
   def _batched(self, signature: str, fn, *inputs):
     """fn(*inputs), with the inputs of concurrent calls merged when the module batches.
@@ -425,13 +483,13 @@ class Translator(tf.Module):
       signature: the signature's name, which names its queue.
       fn: fn(*tensors [b] each) -> tuple of tensors [b, ...], row i of each output depending
         on row i of the inputs alone.
-      inputs: tensors [B] (strings or seeds).
+      inputs: tensors [B, ...] (strings, seeds, or constraints of fixed widths).
     """
     batching = self.batching.value
     if batching is None:
       return fn(*inputs)
     function = tf.function(fn).get_concrete_function(
-        *(tf.TensorSpec([None], tensor.dtype) for tensor in inputs))
+        *(tf.TensorSpec([None, *tensor.shape[1:]], tensor.dtype) for tensor in inputs))
 
     def merged():
       outputs = tf.raw_ops.BatchFunction(
@@ -495,14 +553,14 @@ class Translator(tf.Module):
     none of those written with a leading "!"; "" constrains nothing. The phrases are matched as
     their subword pieces, so a phrase is found as a whole word or words (as a term base holds
     them), not inside a longer word. Scores are the model's, as `score` gives them. A request
-    whose constraints cannot be met (`_check_constraints`) fails with an InvalidArgumentError.
+    whose constraints cannot be met (`_checked_constraints`) fails with an InvalidArgumentError.
     """
     inputs, constraints = _rows(inputs), _rows(constraints)
     with tf.control_dependencies([_same_rows("translate_constrained", inputs, constraints,
                                              "constraints")]):
-      with tf.control_dependencies(self._check_constraints(inputs, constraints)):
-        outputs, scores = self._batched("translate_constrained", self._constrained, inputs,
-                                        constraints)
+      lexical = self._checked_constraints(inputs, constraints)
+      outputs, scores = self._batched("translate_constrained", self._constrained, inputs,
+                                      *lexical[:3])
     return {"outputs": outputs, "scores": scores}
 
   @tf.function(input_signature=[_STRINGS, _STRINGS, _STRINGS])
@@ -513,12 +571,14 @@ class Translator(tf.Module):
     name = "translate_constrained_prefix"
     with tf.control_dependencies([_same_rows(name, inputs, constraints, "constraints"),
                                   _same_rows(name, inputs, prefix, "prefix")]):
-      with tf.control_dependencies(self._check_constraints(inputs, constraints, prefix)):
-        outputs, scores = self._batched(name, self._constrained, inputs, constraints, prefix)
+      lexical = self._checked_constraints(inputs, constraints, prefix)
+      outputs, scores = self._batched(name, self._constrained, inputs, *lexical[:3], prefix)
     return {"outputs": outputs, "scores": scores}
 
-  def _constrained(self, texts, constraints, prefixes=None):
-    return self._search(texts, prefixes, constraints)
+  def _constrained(self, texts, tokens, continues, banned, prefixes=None):
+    """`_search` under the constraints `_checked_constraints` gives (their three tensors)."""
+    return self._search(texts, prefixes,
+                        lexical_constraints.Constraints(tokens, continues, banned))
 
   @tf.function(input_signature=[_STRINGS, _SEEDS])
   def sample(self, inputs, seed):

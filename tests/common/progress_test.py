@@ -38,6 +38,23 @@ def test_a_resumed_run_measures_its_eta_from_its_own_start(clock):
                                "loss 2.5\n")
 
 
+def test_a_time_budget_bounds_the_eta(clock):
+  """100,000 steps at 1 step/s would take 27:46:40; a budget of 600 s from the start ends the
+  work first, so the ETA counts down to it; a total reached first still counts to the total."""
+  stream = io.StringIO()
+  bar = progress_lib.ProgressBar(100_000, stream=stream, time_limit_s=600)
+  clock.now += 100
+  bar.update(100)
+  assert stream.getvalue().endswith("elapsed 1:40, ETA 8:20\n")
+  clock.now += 600
+  bar.update(700, force=True)
+  assert stream.getvalue().endswith("elapsed 11:40, ETA 0:00\n")
+  bar = progress_lib.ProgressBar(200, stream=stream, time_limit_s=600)
+  clock.now += 100
+  bar.update(100)
+  assert stream.getvalue().endswith("elapsed 1:40, ETA 1:40\n")
+
+
 def test_off_a_terminal_plain_lines_at_most_every_interval_and_at_the_end(clock):
   stream = io.StringIO()
   bar = progress_lib.ProgressBar(100, unit="sentence", stream=stream, log_every_s=30)

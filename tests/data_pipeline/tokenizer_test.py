@@ -108,6 +108,21 @@ def test_unknown_character(model):
   assert tokenizer.UNK_ID in ids
 
 
+def test_a_tokenizer_outlives_tensorflows_kernel_cache_being_cleared(model):
+  """tf.random.set_seed (and keras.utils.set_random_seed) clears the eager kernel cache, which
+  holds tf-text's own SentencePiece resource: a tokenizer loaded before the seed must still
+  work after it."""
+  _, path, _ = model
+  loaded = tokenizer.load_tokenizer(path)
+  sampling = tokenizer.load_tokenizer(path, alpha=0.5)
+  before = loaded.tokenize(SENTENCES).to_list()
+  tf.random.set_seed(3)
+  assert loaded.tokenize(SENTENCES).to_list() == before
+  assert int(loaded.vocab_size()) == int(sampling.vocab_size()) > 0
+  assert loaded.detokenize(sampling.tokenize(SENTENCES)).numpy().tolist() == [
+      s.encode() for s in SENTENCES]
+
+
 def test_train_in_current_directory(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   tokenizer.train_sentencepiece(_corpus(100), "plain.model", vocab_size=150)

@@ -70,6 +70,10 @@ def loaded(exports):
 # lengths, so that a merged batch is padded to its longest.
 _TEXTS = ["aa bb", "cc dd ee ff gg hh ii", "", "jj", "kk ll mm nn", "oo pp qq", "rr", "ss tt uu"]
 _ROWS = (1, 2, 1, 3, 1)
+# A phrase to avoid of 9 pieces: wider than the compiled search's narrow width (8), so a merged
+# batch that holds it runs at the wide one (translator.NARROW_CONSTRAINTS)
+_WIDE = "!" + " ".join(["aa"] * 9)
+_CONSTRAINTS = ["ss", "", _WIDE, "tt\t!bb", "uu vv", "", "ww", _WIDE]
 
 
 def _requests(signature: str) -> list[dict]:
@@ -79,8 +83,10 @@ def _requests(signature: str) -> list[dict]:
     texts = tf.constant(_TEXTS[start:start + rows])
     inputs = {"source": texts, "target": tf.constant(_TEXTS[::-1][start:start + rows])} if (
         signature == "score") else {"inputs": texts}
-    if signature in ("translate_prefix", "sample_prefix"):
+    if signature in ("translate_prefix", "sample_prefix", "translate_constrained_prefix"):
       inputs["prefix"] = tf.constant(["aa", ""] * 2)[:rows]
+    if signature.startswith("translate_constrained"):
+      inputs["constraints"] = tf.constant(_CONSTRAINTS[start:start + rows])
     if signature in ("sample", "sample_prefix"):
       inputs["seed"] = tf.range(start, start + rows, dtype=tf.int64) * 7919
     requests.append(inputs)
@@ -99,7 +105,9 @@ def _assert_same_outputs(got: dict, want: dict, where: str):
 
 
 @pytest.mark.parametrize("signature", ["serving_default", "translate_nbest", "translate_prefix",
-                                       "sample", "sample_prefix", "score"])
+                                       "sample", "sample_prefix", "score",
+                                       "translate_constrained",
+                                       "translate_constrained_prefix"])
 def test_concurrent_requests_merge_and_each_caller_gets_its_own_rows(loaded, signature):
   requests = _requests(signature)
   want = [loaded["plain"].signatures[signature](**inputs) for inputs in requests]
@@ -173,6 +181,8 @@ def call(rows):
   model.translate(chunk, target_prefix=["aa"] * rows)
   model.translate(chunk, strategy="sample", seed=rows)
   model.score(chunk, chunk)
+  model.translate(chunk, constraints=[["ss"]] * rows)  # the narrow compiled width
+  model.translate(chunk, constraints=[["!" + " ".join(["aa"] * 9)]] * rows)  # the wide one
 threads = [threading.Thread(target=call, args=(rows,)) for rows in [1, 2, 3, 1, 4, 2] * 3]
 [thread.start() for thread in threads]
 [thread.join() for thread in threads]
@@ -190,9 +200,9 @@ def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(expor
       timeout=600)
   assert result.returncode == 0, result.stderr
   counts = json.loads(result.stdout.strip().splitlines()[-1])
-  # the beam search, with a prefix, sampling, sampling with a prefix: one per allowed batch
-  # size (1, 2, 4) each, at least
-  assert counts["at_load"] >= 4 * 3, counts
+  # the beam search, with a prefix, sampling, sampling with a prefix, and the constrained search
+  # at its two widths: one per allowed batch size (1, 2, 4) each, at least
+  assert counts["at_load"] >= 6 * 3, counts
   assert counts["after"] == counts["at_load"], counts
 
 
@@ -206,8 +216,9 @@ def test_batching_settings_are_recorded(exports):
   assert plain["batching"] is None
 
 
-def _warmup_requests(version: pathlib.Path) -> list[tuple[str, int, str]]:
-  """(signature, rows, first text) of each of an export's TF Serving warm-up requests."""
+def _warmup_requests(version: pathlib.Path) -> list[tuple[str, int, str, str | None]]:
+  """(signature, rows, first text, first constraints or None) of each of an export's TF Serving
+  warm-up requests."""
   from tensorflow_serving.apis import prediction_log_pb2
 
   requests = []
@@ -215,23 +226,36 @@ def _warmup_requests(version: pathlib.Path) -> list[tuple[str, int, str]]:
       str(version / "assets.extra" / "tf_serving_warmup_requests")):
     request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
     texts = tf.make_ndarray(request.inputs["source" if "source" in request.inputs else "inputs"])
-    requests.append((request.model_spec.signature_name, len(texts), texts[0].decode()))
+    constraints = (tf.make_ndarray(request.inputs["constraints"])[0].decode()
+                   if "constraints" in request.inputs else None)
+    requests.append((request.model_spec.signature_name, len(texts), texts[0].decode(),
+                     constraints))
   return requests
 
 
 def test_warmup_requests_run_each_shape_once(exports):
   # inputs cut at 14 pieces: the warm-up texts but "" run at one width, and "" differs from
   # the others only as a forced prefix (none: 0 pieces wide)
-  requests = {}
-  for name, rows, text in _warmup_requests(exports["batched"]):
+  requests, constrained = {}, {}
+  for name, rows, text, constraints in _warmup_requests(exports["batched"]):
     requests.setdefault(name, []).append((rows, text))
+    if constraints is not None:
+      constrained.setdefault(name, []).append((rows, constraints))
   for name in ("serving_default", "translate_nbest", "sample", "score"):
     assert sorted(rows for rows, _ in requests[name]) == [1, 2, 4], (name, requests[name])
     assert "" not in {text for _, text in requests[name]}, name
   for name in ("translate_prefix", "sample_prefix"):
     assert sorted(requests[name]) == [(rows, text) for rows in (1, 2, 4)
                                       for text in ("", "Hello.")], (name, requests[name])
+  # the constrained searches at both compiled widths, at each batch size: no constraint, and a
+  # phrase to avoid wider than the narrow width
+  for name in ("translate_constrained", "translate_constrained_prefix"):
+    lines = {line for _, line in constrained[name]}
+    assert len(lines) == 2 and "" in lines, (name, lines)
+    wide = (lines - {""}).pop()
+    assert wide.startswith("!") and len(wide[1:].split()) == 9, wide
+    assert set(constrained[name]) == {(rows, line) for rows in (1, 2, 4) for line in lines}
   # uncut, the long texts are wider than "Hello."
-  texts = {text for name, _, text in _warmup_requests(exports["merging"])
+  texts = {text for name, _, text, _ in _warmup_requests(exports["merging"])
            if name == "serving_default"}
   assert "" not in texts and "Hello." in texts and len(texts) >= 2, texts

@@ -15,8 +15,8 @@ from tests import testutil
 from tests.tf_transformer.translator_test import TEXTS, no_candidates_lexicon
 from tf_transformer import checkpoints, decoding, shortlist
 from tf_transformer.config import DecodeConfig
-from tf_transformer.lexical_constraints import ConstraintError
-from tf_transformer.translator import Translator
+from tf_transformer.lexical_constraints import ConstraintError, Constraints
+from tf_transformer.translator import NARROW_CONSTRAINTS, Translator, _trimmed
 
 SEARCH = dict(beam_size=2, max_source_length=10, extra_decode_length=5)  # the export's
 
@@ -69,8 +69,9 @@ def test_a_constrained_output_scores_as_its_forced_decoding(reversal_model, reve
   translator = Translator(model, vocabulary, search)
   source_ids = translator._source_ids(tf.constant(sources))
   lines = tf.constant(["\t".join(phrases) for phrases in constraints])
-  ids, scores = decoding.decode(model, source_ids, search,
-                                constraints=translator._constraints(lines))
+  constraints = _trimmed(translator._checked_constraints(tf.constant(sources), lines),
+                         translator._word_inside)
+  ids, scores = decoding.decode(model, source_ids, search, constraints=constraints)
   forced = decoding.score(model, tf.repeat(source_ids, 2, axis=0),
                           tf.reshape(ids, [len(sources) * 2, -1]), alpha=0.6)
   np.testing.assert_allclose(scores.numpy().ravel(), forced.numpy(), rtol=1e-4)
@@ -82,6 +83,20 @@ def test_no_constraints_translate_as_plain_translation_byte_for_byte(reversal):
   got = model.translate(sources, nbest=2, constraints=[[] for _ in sources])
   assert [[h.text for h in hs] for hs in got] == [[h.text for h in hs] for hs in want]
   assert [[h.score for h in hs] for hs in got] == [[h.score for h in hs] for hs in want]
+
+
+def test_a_model_ensembled_with_itself_translates_under_constraints_as_the_model(
+    reversal_model, reversal):
+  """The ensemble's search (the weighted mean of log-probabilities, not renormalised) meets
+  the same terms with the same outputs and scores as its one member."""
+  model, sources, _, constraints = reversal
+  model_dir = str(reversal_model[0])
+  itself = tf_transformer.load([model_dir, model_dir], **SEARCH)
+  want = model.translate(sources, nbest=2, constraints=constraints)
+  got = itself.translate(sources, nbest=2, constraints=constraints)
+  assert [[h.text for h in hs] for hs in got] == [[h.text for h in hs] for hs in want]
+  np.testing.assert_allclose([[h.score for h in hs] for hs in got],
+                             [[h.score for h in hs] for hs in want], rtol=1e-5)
 
 
 def test_the_saved_model_translates_under_constraints_as_the_model_directory(reversal,
@@ -151,7 +166,7 @@ CONSTRAINTS = ["zz", "yy xx\t!vv", "", "ww\tuu", "tt"]
 @pytest.mark.parametrize("precision", ["float32", "int8"])
 def test_xla_shortlist_and_int8_searches_meet_the_constraints_as_the_graph(tiny_model_dir,
                                                                           precision):
-  """The compiled search (shape buckets, constraints padded to max_constraint_tokens) finds
+  """The compiled search (shape buckets, constraints padded to one of two widths) finds
   what the graph finds; a shortlist that holds none of the terms' pieces gets them; int8
   weights meet them too."""
   _, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
@@ -183,6 +198,30 @@ def test_xla_shortlist_and_int8_searches_meet_the_constraints_as_the_graph(tiny_
   terms = vocabulary.target.tokenize(tf.constant(["zz", "yy xx", "ww", "uu", "tt"]))
   assert set(terms.flat_values.numpy()) - set(unforced.ravel()) - {PAD_ID}
 
+
+
+def test_the_compiled_search_runs_at_two_constraint_widths_which_the_warmups_reach(
+    tiny_model_dir):
+  """Under XLA, constraints whose pieces to include, phrases to avoid and pieces of one all fit
+  NARROW_CONSTRAINTS run at that width, any wider at max_constraint_tokens: two compilations
+  for a batch and source bucket, whatever the widths. The warm-up lines are one of each."""
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
+  search = DecodeConfig(beam_size=2, extra_decode_length=20, decode_jit=True,
+                        max_constraint_tokens=16)
+  translator = Translator(model, vocabulary, search)
+  source_ids = translator._source_ids(tf.constant(["aa bb", "cc"]))
+  for count, banned in [(1, (0, 0)), (8, (1, 3)), (3, (8, 8)), (9, (0, 0)), (2, (1, 16)),
+                        (16, (16, 16)), (0, (0, 0))]:
+    constraints = Constraints(tf.fill([2, count], 5), tf.zeros([2, count], tf.bool),
+                              tf.fill([2, *banned], 6))
+    translator._decode(source_ids, constraints=constraints)
+  assert translator._searches["beam"].experimental_get_tracing_count() == 2
+  narrow, wide = translator.warmup_constraints()
+  assert narrow == "" and wide.startswith("!")
+  pieces = vocabulary.target.tokenize(tf.constant([wide[1:]])).flat_values.shape[0]
+  assert NARROW_CONSTRAINTS < pieces <= 16
+  graph = Translator(model, vocabulary, replace(search, decode_jit=False))
+  assert graph.warmup_constraints() == [""]  # one graph for every width
 
 
 def test_the_signature_refuses_constraints_that_cannot_be_met_naming_the_row(tiny_model_dir):

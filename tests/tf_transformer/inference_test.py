@@ -259,6 +259,15 @@ def test_sampled_translations_repeat_for_a_seed_in_any_batch(tiny_model_dir):
   assert len({h.text for hypotheses in three for h in hypotheses}) > 5  # not one output each
 
 
+def test_a_loaded_model_translates_after_the_program_seeds_tensorflow(tiny_model_dir):
+  """A user's tf.random.set_seed after load() (it clears TensorFlow's kernel cache) leaves the
+  model's subword models working."""
+  model = inference.load(str(tiny_model_dir), extra_decode_length=4)
+  before = model.translate(TEXTS)
+  tf.random.set_seed(1)
+  assert model.translate(TEXTS) == before
+
+
 def test_an_ensemble_of_a_model_with_itself_translates_as_the_model(tiny_model_dir, tmp_path):
   """load([dir, dir]) (any weights) translates, samples, scores and aligns as load(dir); a
   SavedModel among the members and members of different vocabularies are refused in one line."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer import sampling
+from tf_transformer import lexical_constraints, sampling, strategies
 
 EOS = 1
 LOGITS = np.array([2.0, -0.5, 1.0, 0.5, 0.0, -1.0, 1.5, -2.0])  # one step's, V = 8
@@ -214,3 +214,15 @@ def test_a_smaller_top_k_or_top_p_only_removes_candidates():
   for narrower in (_first_tokens(top_k=3), _first_tokens(top_p=0.75)):
     kept = np.isin(whole, [0, 6, 2])  # the top 3 (and p = 0.75's nucleus)
     np.testing.assert_array_equal(narrower[kept], whole[kept])
+
+
+def test_the_sampling_strategy_refuses_lexical_constraints():
+  """Constraints are a beam search's (it keeps hypotheses by the terms they met); a sample
+  under them is refused, not drawn without them."""
+  strategy = strategies.RandomSampling(top_k=0, top_p=1.0, temperature=1.0, alpha=0.0)
+  constraints = lexical_constraints.Constraints(tf.constant([[3]]), tf.constant([[False]]),
+                                                tf.zeros([1, 0, 0], tf.int32))
+  with pytest.raises(ValueError, match="lexical constraints need beam search"):
+    strategy(_constant_logits, tf.zeros([1], tf.int32), {}, max_decode_length=3, eos_id=EOS,
+             min_decode_length=0, buffer_length=3, seeds=tf.constant([1], tf.int64),
+             constraints=constraints)
