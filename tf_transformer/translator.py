@@ -421,7 +421,7 @@ class Translator(tf.Module):
     no subword piece; a phrase to include with a character out of the target vocabulary (its
     output could not show it); more positive pieces (or negative phrases, or pieces of one)
     than max_constraint_tokens; positive pieces that do not fit the output's length limit after
-    the prefix.
+    the prefix (a row with none to include is not checked: its prefix is cut at the limit).
 
     Args:
       inputs, lines: string [B], the sources and their constraints; prefixes: optional
@@ -454,7 +454,9 @@ class Translator(tf.Module):
          f"more phrases to avoid than max_constraint_tokens={size}"),
         (tf.reduce_any(negative.row_lengths(axis=2) > size, axis=1),
          f"a phrase to avoid of more subword pieces than max_constraint_tokens={size}"),
-        (positive_count + prefix_count + 1 > limits,
+        # (without pieces to include, a prefix past the limit is cut there, as translate_prefix
+        # does: the export's own warm-up prefixes are long val sentences)
+        ((positive_count > 0) & (positive_count + prefix_count + 1 > limits),
          "more subword pieces to include (with the prefix and the end of the sentence) than "
          "the length limit of the output"),
     ]

@@ -242,3 +242,22 @@ def test_the_signature_refuses_constraints_that_cannot_be_met_naming_the_row(tin
   for lines, message in cases:
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
       translator.translate_constrained(texts, tf.constant(lines))
+
+
+def test_a_prefix_as_long_as_a_fixed_output_limit_is_no_error_without_terms_to_include(
+    tiny_model_dir):
+  """The export's warm-ups send long val sentences as prefixes: with a fixed
+  --max_decode_length and nothing to include, the prefix is cut at the limit, as
+  translate_prefix cuts it, instead of failing the request (and TF Serving's load)."""
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
+  translator = Translator(model, vocabulary, DecodeConfig(max_decode_length=3))
+  texts = tf.constant(["aa bb", "cc"])
+  prefixes = tf.constant(["zz yy xx ww vv", ""])
+  assert vocabulary.target.tokenize(prefixes[:1]).flat_values.shape[0] > 3
+  plain = translator.translate_prefix(texts, prefixes)
+  unconstrained = translator.translate_constrained_prefix(texts, tf.constant(["", "!zz"]),
+                                                          prefixes)
+  assert plain["outputs"].numpy()[0].tolist() == unconstrained["outputs"].numpy()[0].tolist()
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=re.escape("than the length limit of the output in row] [0]")):
+    translator.translate_constrained_prefix(texts, tf.constant(["zz", ""]), prefixes)
