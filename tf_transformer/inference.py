@@ -453,14 +453,85 @@ def _export_settings(saved_model: str) -> dict:
 def replay_warmup_requests(saved_model: str, loaded):
   """Runs a SavedModel's TF Serving warm-up requests (assets.extra/tf_serving_warmup_requests)
   as TF Serving does at load: an export with in-graph batching runs its merged searches at each
-  allowed batch size, and each is compiled here, before the caller's first request."""
+  allowed batch size, and each is compiled here, before the caller's first request.
+
+  Raises:
+    ModelDirError: the XLA programs would exhaust the system's memory mappings (see
+      `_memory_mapping_problem`), before they do: past the limit, XLA's compiler fails and the
+      process dies with a segmentation fault.
+  """
   from tensorflow_serving.apis import prediction_log_pb2
 
   path = os.path.join(saved_model, "assets.extra", "tf_serving_warmup_requests")
-  for record in tf.data.TFRecordDataset(path):
-    request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+  requests = [prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+              for record in tf.data.TFRecordDataset(path)]
+  limit, growths = memory_mapping_limit(), []
+  for index, request in enumerate(requests):
+    before = memory_mappings() if limit else 0
+    problem = _memory_mapping_problem(before, limit, growths, len(requests) - index)
+    if problem:
+      raise ModelDirError(f"{saved_model}: its {len(requests)} warm-up requests compile XLA "
+                          f"programs that {problem}: raise it (sysctl -w "
+                          "vm.max_map_count=1048576), or export with a smaller "
+                          "--batching_max_size or with --nodecode_jit")
     loaded.signatures[request.model_spec.signature_name](**{
         name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()})
+    if limit:
+      growths.append(memory_mappings() - before)
+
+
+def memory_mapping_limit() -> int | None:
+  """The most memory mappings a process may hold (Linux's vm.max_map_count), or None where
+  the system does not say."""
+  try:
+    with open("/proc/sys/vm/max_map_count") as f:
+      return int(f.read())
+  except (OSError, ValueError):
+    return None
+
+
+def memory_mappings() -> int:
+  """The memory mappings this process holds (0 where the system does not say)."""
+  try:
+    with open("/proc/self/maps") as f:
+      return sum(1 for _ in f)
+  except OSError:
+    return 0
+
+
+def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int],
+                            remaining: int) -> str | None:
+  """Why the next `remaining` warm-up requests would exceed `limit` memory mappings, or None.
+
+  XLA's CPU compiler maps three memory regions (code, constants, data) for each kernel of a
+  program and keeps them: about 520 a program for a search at base dims (6 layers), so that
+  an export of base dims with --batching (206 warm-up requests, about 180 programs) needs more
+  than Linux's default vm.max_map_count of 65,530 (docs/serving.md). The requests so far (`growths`: the mappings each added), extrapolated, refuse the
+  rest once they need a quarter more than the room left (the extrapolation counts requests
+  whose programs are compiled already, so it may be high); and any request is refused whose
+  room is less than twice the largest growth seen.
+
+  Args:
+    mappings: the mappings held now; limit: memory_mapping_limit() (None: no check).
+    growths: the mappings each request so far added (compiled programs add, cached ones not).
+    remaining: the requests still to run, the next one included.
+  """
+  if not limit:
+    return None
+  room = limit - mappings
+  if not growths:
+    return None if room > _FIRST_PROGRAM_MAPPINGS else (
+        f"need more memory mappings than the {max(room, 0):,} that vm.max_map_count="
+        f"{limit:,} leaves")
+  needed = max(round(sum(growths) / len(growths) * remaining), 2 * max(growths))
+  if needed > 1.25 * room or room < 2 * max(growths):
+    return (f"need about {needed:,} more memory mappings, and vm.max_map_count={limit:,} "
+            f"leaves {max(room, 0):,}")
+  return None
+
+
+# Room demanded before the first request, when no growth is known yet: a base-size program's.
+_FIRST_PROGRAM_MAPPINGS = 1000
 
 
 def _export_search(recorded: dict, loaded) -> DecodeConfig:

@@ -259,3 +259,22 @@ def test_warmup_requests_run_each_shape_once(exports):
   texts = {text for name, _, text, _ in _warmup_requests(exports["merging"])
            if name == "serving_default"}
   assert "" not in texts and "Hello." in texts and len(texts) >= 2, texts
+
+
+def test_warmups_that_would_exhaust_the_memory_mappings_fail_in_one_line_before_they_do(
+    exports, monkeypatch):
+  """Past vm.max_map_count, XLA's compiler fails and the process dies (a segmentation fault):
+  the replay refuses first, naming the setting. A limit just above this process's mappings
+  leaves room for the first program, whose growth then refuses the rest."""
+  from tf_transformer import inference
+  from tf_transformer.model_dir import ModelDirError
+
+  path = str(exports["batched"])
+  loaded = tf.saved_model.load(path)  # a new load: its programs are compiled anew
+  limit = inference.memory_mappings() + 1200
+  monkeypatch.setattr(inference, "memory_mapping_limit", lambda: limit)
+  with pytest.raises(ModelDirError, match=r"warm-up requests compile XLA programs that need "
+                     r"about [\d,]+ more memory mappings, and vm.max_map_count=[\d,]+ leaves .*"
+                     r"raise it \(sysctl -w vm.max_map_count=1048576\)"):
+    inference.replay_warmup_requests(path, loaded)
+  assert inference.memory_mappings() < limit

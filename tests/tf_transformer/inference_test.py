@@ -296,3 +296,20 @@ def test_ensemble_members_must_share_their_vocabulary(tiny_model_dir, reversal_m
   assert str(error.value) == (
       f"{tiny_model_dir} and {reversal_model[0]} have different vocabularies (their subword "
       "models differ): an ensemble's members must share one")
+
+
+def test_warmups_are_refused_before_their_compiled_programs_pass_the_memory_mapping_limit():
+  problem = inference._memory_mapping_problem
+  assert problem(60_000, None, [500], 500) is None  # the system sets no limit
+  # before the first request: room for a base-size program, or not
+  assert problem(1_000, 65_530, [], 200) is None
+  assert "than the 530 that vm.max_map_count=65,530 leaves" in problem(65_000, 65_530, [], 200)
+  # 500 a request (one in two a cached program) for 100 more: 25,000 needed, 55,530 left
+  assert problem(10_000, 65_530, [500, 0], 100) is None
+  # 250 more requests need 62,500: more than a quarter over the 45,530 left
+  assert problem(20_000, 65_530, [500, 0], 250) == (
+      "need about 62,500 more memory mappings, and vm.max_map_count=65,530 leaves 45,530")
+  # whatever the estimate, no request runs with less room than twice the largest growth
+  assert problem(64_700, 65_530, [0, 0, 500], 1) == (
+      "need about 1,000 more memory mappings, and vm.max_map_count=65,530 leaves 830")
+  assert problem(64_400, 65_530, [0, 0, 500], 1) is None
