@@ -506,10 +506,11 @@ def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int]
   XLA's CPU compiler maps three memory regions (code, constants, data) for each kernel of a
   program and keeps them: about 520 a program for a search at base dims (6 layers), so that
   an export of base dims with --batching (206 warm-up requests, about 180 programs) needs more
-  than Linux's default vm.max_map_count of 65,530 (docs/serving.md). The requests so far (`growths`: the mappings each added), extrapolated, refuse the
-  rest once they need a quarter more than the room left (the extrapolation counts requests
-  whose programs are compiled already, so it may be high); and any request is refused whose
-  room is less than twice the largest growth seen.
+  than Linux's default vm.max_map_count of 65,530 (docs/serving.md). The requests so far
+  (`growths`: the mappings each added), extrapolated, refuse the rest once they need a quarter
+  more than the room left (the extrapolation counts requests whose programs are compiled
+  already, so it may be high); and any request is refused whose room is less than twice the
+  largest growth seen.
 
   Args:
     mappings: the mappings held now; limit: memory_mapping_limit() (None: no check).
