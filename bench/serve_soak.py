@@ -33,9 +33,10 @@ import statistics
 import threading
 import time
 
-from absl import app, flags
+from absl import flags
 
 from bench import decode_speed  # (defines --workdir; its subword model)
+from tf_transformer.bin import cli
 from tf_transformer.bin import shared_flags  # (defines the model and decoding flags)
 from tf_transformer.bin import export_saved_model  # (defines --precision and --batching)
 
@@ -196,10 +197,11 @@ def _soak(translate, sentences, clients: int) -> dict:
           "rss_mib_middle": rss_middle, "rss_mib_end": _rss_mib()}
 
 
-def _saved_model_fns(tf, random_model, sentences) -> dict:
+def _saved_model_fns(tf, random_model, sentences, loads: list) -> dict:
   """{name: fn(text) -> outputs}: the export (with --batching, the batching one, and with
   --also_unbatched the plain one too), loaded, warmed up as a server would be and on a spread
-  of the lengths of `sentences`."""
+  of the lengths of `sentences`. Appends to `loads` what each load cost: the export's warm-up
+  requests, and the seconds and memory mappings their replay took."""
   from tf_transformer import inference
 
   batching = export_saved_model.batching_config_from_flags()
@@ -212,7 +214,14 @@ def _saved_model_fns(tf, random_model, sentences) -> dict:
     loaded = tf.saved_model.load(folder)
     serve = loaded.signatures["serving_default"]
     if setting:  # as TF Serving at load: each merged batch size compiles
-      inference.replay_warmup_requests(folder, loaded)
+      start, mappings = time.perf_counter(), inference.memory_mappings()
+      warmups = inference.replay_warmup_requests(folder, loaded)
+      loads.append({"export": folder, "warmup_requests": warmups,
+                    "warmup_seconds": round(time.perf_counter() - start, 1),
+                    "memory_mappings_added": inference.memory_mappings() - mappings})
+      print(f"{folder}: {warmups} warm-up requests replayed in "
+            f"{loads[-1]['warmup_seconds']:.0f} s, "
+            f"{loads[-1]['memory_mappings_added']:,} memory mappings added", flush=True)
     # every shape bucket of one sentence compiles before the clock: a spread of lengths
     for text in sorted(set(sentences), key=len)[::max(1, len(set(sentences)) // 100)]:
       serve(inputs=tf.constant([text]))
@@ -231,7 +240,8 @@ def main(argv):
 
   random_model = None if FLAGS.model_dir else _random_model()
   sentences = _sentences()
-  ours = _saved_model_fns(tf, random_model, sentences)
+  loads = []
+  ours = _saved_model_fns(tf, random_model, sentences, loads)
   rss_start = _rss_mib()
   report, summary = [], []
   for clients in (int(c) for c in FLAGS.clients):
@@ -264,8 +274,9 @@ def main(argv):
           f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
   print(json.dumps({"minutes": FLAGS.minutes, "rounds": FLAGS.rounds,
                     "model_dir": FLAGS.model_dir, "sentences": FLAGS.sentences,
-                    "beam_size": FLAGS.beam_size, "medians": summary, "results": report}))
+                    "beam_size": FLAGS.beam_size, "loads": loads, "medians": summary,
+                    "results": report}))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)  # a refused load (too few memory mappings, say) ends in one line

@@ -124,8 +124,14 @@ def force_prefix(logits, prefix_ids, step, beam_size: int):
   padded = tf.pad(prefix_ids, [[0, 0], [0, 1]])
   forced = padded[:, tf.minimum(step, tf.shape(prefix_ids)[1])]  # -> [B], 0: none
   forced = tf.repeat(forced, beam_size)  # -> [B * K]
-  other = tf.not_equal(tf.range(tf.shape(logits)[-1])[tf.newaxis], forced[:, tf.newaxis])
-  return tf.where((forced > 0)[:, tf.newaxis] & other, NEG_INF, logits)
+
+  def masked():
+    other = tf.not_equal(tf.range(tf.shape(logits)[-1])[tf.newaxis], forced[:, tf.newaxis])
+    return tf.where((forced > 0)[:, tf.newaxis] & other, NEG_INF, logits)
+
+  # past every prefix (or with none: the searches without one run as this one) the [B * K, V]
+  # pass would change nothing
+  return tf.cond(tf.reduce_any(forced > 0), masked, lambda: logits)
 
 
 class _Best(NamedTuple):

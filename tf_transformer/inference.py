@@ -450,10 +450,13 @@ def _export_settings(saved_model: str) -> dict:
     return json.load(f)
 
 
-def replay_warmup_requests(saved_model: str, loaded):
+def replay_warmup_requests(saved_model: str, loaded) -> int:
   """Runs a SavedModel's TF Serving warm-up requests (assets.extra/tf_serving_warmup_requests)
   as TF Serving does at load: an export with in-graph batching runs its merged searches at each
   allowed batch size, and each is compiled here, before the caller's first request.
+
+  Returns:
+    The number of requests run.
 
   Raises:
     ModelDirError: the XLA programs would exhaust the system's memory mappings (see
@@ -465,10 +468,17 @@ def replay_warmup_requests(saved_model: str, loaded):
   path = os.path.join(saved_model, "assets.extra", "tf_serving_warmup_requests")
   requests = [prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
               for record in tf.data.TFRecordDataset(path)]
+  rows = [_request_rows(request) for request in requests]
+  # by batch size (stable): each size compiles about the programs of the first, whose
+  # requests, once run, make a fair estimate of the rest (searches share programs, so the
+  # first requests alone would not)
+  order = sorted(range(len(requests)), key=rows.__getitem__)
+  first_size = rows.count(min(rows, default=0))
   limit, growths = memory_mapping_limit(), []
-  for index, request in enumerate(requests):
+  for index, request in enumerate(requests[i] for i in order):
     before = memory_mappings() if limit else 0
-    problem = _memory_mapping_problem(before, limit, growths, len(requests) - index)
+    problem = _memory_mapping_problem(before, limit, growths, len(requests) - index,
+                                      extrapolate=index >= first_size)
     if problem:
       raise ModelDirError(f"{saved_model}: its {len(requests)} warm-up requests compile XLA "
                           f"programs that {problem}: raise it (sysctl -w "
@@ -478,6 +488,13 @@ def replay_warmup_requests(saved_model: str, loaded):
         name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()})
     if limit:
       growths.append(memory_mappings() - before)
+  return len(requests)
+
+
+def _request_rows(request) -> int:
+  """The rows of a PredictRequest: its first input's first dimension."""
+  shape = next(iter(request.inputs.values())).tensor_shape.dim
+  return shape[0].size if shape else 1
 
 
 def memory_mapping_limit() -> int | None:
@@ -500,22 +517,24 @@ def memory_mappings() -> int:
 
 
 def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int],
-                            remaining: int) -> str | None:
+                            remaining: int, extrapolate: bool = True) -> str | None:
   """Why the next `remaining` warm-up requests would exceed `limit` memory mappings, or None.
 
   XLA's CPU compiler maps three memory regions (code, constants, data) for each kernel of a
   program and keeps them: about 520 a program for a search at base dims (6 layers), so that
-  an export of base dims with --batching (206 warm-up requests, about 180 programs) needs more
-  than Linux's default vm.max_map_count of 65,530 (docs/serving.md). The requests so far
+  an export of base dims with --batching (206 warm-up requests, about 180 programs before the
+  searches with and without a prefix shared theirs) needs more than Linux's default
+  vm.max_map_count of 65,530 (docs/serving.md). With `extrapolate`, the requests so far
   (`growths`: the mappings each added), extrapolated, refuse the rest once they need a quarter
-  more than the room left (the extrapolation counts requests whose programs are compiled
-  already, so it may be high); and any request is refused whose room is less than twice the
+  more than the room left; and any request is refused whose room is less than twice the
   largest growth seen.
 
   Args:
     mappings: the mappings held now; limit: memory_mapping_limit() (None: no check).
     growths: the mappings each request so far added (compiled programs add, cached ones not).
     remaining: the requests still to run, the next one included.
+    extrapolate: whether `growths` are a fair sample of the remaining requests' (those of a
+      whole batch size have run).
   """
   if not limit:
     return None
@@ -524,7 +543,8 @@ def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int]
     return None if room > _FIRST_PROGRAM_MAPPINGS else (
         f"need more memory mappings than the {max(room, 0):,} that vm.max_map_count="
         f"{limit:,} leaves")
-  needed = max(round(sum(growths) / len(growths) * remaining), 2 * max(growths))
+  needed = max(round(sum(growths) / len(growths) * remaining) if extrapolate else 0,
+               2 * max(growths))
   if needed > 1.25 * room or room < 2 * max(growths):
     return (f"need about {needed:,} more memory mappings, and vm.max_map_count={limit:,} "
             f"leaves {max(room, 0):,}")

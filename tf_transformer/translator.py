@@ -58,9 +58,16 @@ def _bucket_rows(batch):
 
 
 def _bucket_width(width):
-  """The width of a batch of `width` (a Python int or an int32 scalar) pieces in its XLA shape
-  bucket: the next multiple of _WIDTH_BUCKET."""
-  return -(-width // _WIDTH_BUCKET) * _WIDTH_BUCKET
+  """int32 scalar: the width of a batch of `width` (a Python int or an int32 scalar) pieces in
+  its XLA shape bucket, the next multiple of _WIDTH_BUCKET; _WIDTH_BUCKET for 0 (an empty
+  prefix runs the search of a short one)."""
+  return -(-tf.maximum(width, 1) // _WIDTH_BUCKET) * _WIDTH_BUCKET
+
+
+def _shape_forgotten(tensor):
+  """`tensor` as it is, its static shape [None, ...] of its rank: what the graph of a caller
+  knows of it (a padding's constant width, say) then makes no trace of its own."""
+  return tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=[None] * tensor.shape.rank)
 
 
 def _word_inside(tokenizer, vocab_size: int):
@@ -234,13 +241,17 @@ class Translator(tf.Module):
     if not self.config.value.decode_jit:
       return search(source_ids, prefix_ids, seeds, constraints)
     batch = tf.shape(source_ids)[0]
+    if prefix_ids is None:
+      # a prefix that forces nothing: the searches with and without a prefix are then one XLA
+      # program at each shape (compiled programs are what an export's load time and its
+      # memory mappings grow with), at the cost of a test per step (beam_search.force_prefix)
+      prefix_ids = tf.zeros([batch, 0], tf.int32)
     # shape buckets: the batch padded to a power of two with copies of its first sentence
-    # (they end when it does, so the loop runs no longer), the width to a multiple of 16 (a
+    # (they end when it does, so the loop runs no longer), the widths to multiples of 16 (a
     # sentence's search stops at its own length limit, so neither changes its result), the
     # constraints to one of two widths (`_constraint_width`)
     padded_batch = _bucket_rows(batch)
-    padded = [None if ids is None else self._bucketed(ids, padded_batch - batch)
-              for ids in (source_ids, prefix_ids)]
+    padded = [self._bucketed(ids, padded_batch - batch) for ids in (source_ids, prefix_ids)]
     if seeds is not None:
       seeds = tf.concat([seeds, tf.tile(seeds[:1], [padded_batch - batch])], axis=0)
     if constraints is not None:
@@ -250,13 +261,18 @@ class Translator(tf.Module):
                                                      padded_batch - batch),
                            tf.fill([rank - 1], width))
           for name, rank in (("tokens", 2), ("continues", 2), ("banned", 3))})
+    # a traced search per static shape its callers know: with those forgotten, one for all
+    padded = [_shape_forgotten(ids) for ids in padded]
+    if constraints is not None:
+      constraints = constraints._replace(**{name: _shape_forgotten(getattr(constraints, name))
+                                            for name in ("tokens", "continues", "banned")})
     ids, scores = search(*padded, seeds, constraints)
     return ids[:batch], scores[:batch]
 
   @staticmethod
   def _bucketed(ids, extra_rows):
-    """ids int32 [B, W] with `extra_rows` copies of its first row below, PAD_ID-padded to a
-    width that is a multiple of _WIDTH_BUCKET."""
+    """ids int32 [B, W] with `extra_rows` copies of its first row below, PAD_ID-padded to its
+    `_bucket_width`."""
     width = tf.shape(ids)[1]
     padded = tf.concat([ids, tf.tile(ids[:1], [extra_rows, 1])], axis=0)
     return tf.pad(padded, [[0, 0], [0, _bucket_width(width) - width]], constant_values=PAD_ID)
@@ -278,13 +294,13 @@ class Translator(tf.Module):
   def shape_buckets(self, text: str) -> dict[str, int]:
     """The widths at which a request of `text` alone runs the XLA-compiled search, by input:
     {"source": its ids + EOS, "target": the same as a scored target, "prefix": its pieces as a
-    forced prefix}, each padded to a multiple of _WIDTH_BUCKET. Texts of the same widths
-    compile the same shapes."""
+    forced prefix}, each its `_bucket_width`. Texts of the same widths compile the same
+    shapes, and a search without a prefix runs as one with a prefix of the narrowest."""
     texts = tf.constant([text])
     widths = {"source": self._ids(self.source_tokenizer, texts).shape[1],
               "target": self._ids(self.target_tokenizer, texts).shape[1],
               "prefix": self._pieces_of(self.target_tokenizer, texts).bounding_shape()[1]}
-    return {name: _bucket_width(int(width)) for name, width in widths.items()}
+    return {name: int(_bucket_width(int(width))) for name, width in widths.items()}
 
   def warmup_constraints(self) -> list[str]:
     """Constraint lines whose requests run the XLA-compiled constrained search at each of its

@@ -309,6 +309,9 @@ def test_warmups_are_refused_before_their_compiled_programs_pass_the_memory_mapp
   # 250 more requests need 62,500: more than a quarter over the 45,530 left
   assert problem(20_000, 65_530, [500, 0], 250) == (
       "need about 62,500 more memory mappings, and vm.max_map_count=65,530 leaves 45,530")
+  # not before the requests of a whole batch size have run: the first requests compile the
+  # programs that later ones share
+  assert problem(20_000, 65_530, [500, 0], 250, extrapolate=False) is None
   # whatever the estimate, no request runs with less room than twice the largest growth
   assert problem(64_700, 65_530, [0, 0, 500], 1) == (
       "need about 1,000 more memory mappings, and vm.max_map_count=65,530 leaves 830")
