@@ -32,6 +32,9 @@ NARROW_CONSTRAINTS = 8
 # A subword piece is at most 16 characters (SentencePiece's max_sentencepiece_length) of at most
 # 4 bytes, with white space around it: the bytes of a text that its first pieces can come from.
 _BYTES_PER_PIECE = 128
+# The signatures' functions: plain TensorFlow ops, no AutoGraph (converting this module's code
+# took half of each signature's tracing, and an export traces nine)
+_signature = functools.partial(tf.function, autograph=False)
 
 
 def _rows(strings):
@@ -232,6 +235,18 @@ class Translator(tf.Module):
                               jit_compile=config.decode_jit, autograph=False)
         for strategy in strategies.STRATEGIES}
 
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    """What tf.saved_model.save keeps of this module: its variables, tokenizers and tables,
+    not its tf.functions. The SavedModel serves the concrete functions of `signatures()`; the
+    tf.functions themselves would be traced again under the save's variable policy (a third of
+    an export's time at small dims) to give the loaded object methods no caller uses."""
+    if save_type != "savedmodel":  # (trackable.constants.SaveType is a str enum)
+      return super()._trackable_children(save_type, **kwargs)
+    return {name: child for name, child in self._checkpoint_dependencies
+            if not isinstance(child, (tf.types.experimental.PolymorphicFunction,
+                                      tf.types.experimental.ConcreteFunction))
+            and name != "_searches"}
+
   def _decode(self, source_ids, prefix_ids=None, seeds=None, strategy: str = "beam",
               constraints=None):
     """int32 [B, S] (optional forced prefixes int32 [B, P], int64 seeds [B] and
@@ -338,12 +353,17 @@ class Translator(tf.Module):
                                       [None] + [d if isinstance(d, int) else None
                                                 for d in shape]))
                    for shape, dtype in outputs)
-    fn = tf.autograph.experimental.do_not_convert(fn)  # only this loop needs AutoGraph
-    for index in tf.range((count + self.max_batch_size - 1) // self.max_batch_size):
+    chunks = (count + self.max_batch_size - 1) // self.max_batch_size
+
+    def write_chunk(index, arrays):
       start = index * self.max_batch_size
       results = fn(*(tensor[start:start + self.max_batch_size] for tensor in inputs))
-      arrays = tuple(array.write(index, result) for array, result in zip(arrays, results))
-    return tuple(array.concat() if count > 0 else tf.zeros([0, *shape], dtype)
+      return index + 1, tuple(array.write(index, result)
+                              for array, result in zip(arrays, results))
+
+    _, arrays = tf.while_loop(lambda index, _: index < chunks, write_chunk, (0, arrays))
+    # (concat fails on an empty array whose element shape is not fully known)
+    return tuple(tf.cond(count > 0, array.concat, lambda s=shape, d=dtype: tf.zeros([0, *s], d))
                  for array, (shape, dtype) in zip(arrays, outputs))
 
   def _search(self, texts, prefixes=None, constraints=None):
@@ -506,7 +526,7 @@ class Translator(tf.Module):
     batching = self.batching.value
     if batching is None:
       return fn(*inputs)
-    function = tf.function(fn).get_concrete_function(
+    function = tf.function(fn, autograph=False).get_concrete_function(
         *(tf.TensorSpec([None, *tensor.shape[1:]], tensor.dtype) for tensor in inputs))
 
     def merged():
@@ -535,19 +555,19 @@ class Translator(tf.Module):
     outputs, scores = self._search(texts)
     return outputs[:, 0], scores[:, 0]
 
-  @tf.function(input_signature=[_STRINGS])
+  @_signature(input_signature=[_STRINGS])
   def serve(self, inputs):
     """inputs: string [B] -> {"outputs": string [B], "scores": float32 [B]} (the best)."""
     outputs, scores = self._batched("serving_default", self._best, _rows(inputs))
     return {"outputs": outputs, "scores": scores}
 
-  @tf.function(input_signature=[_STRINGS])
+  @_signature(input_signature=[_STRINGS])
   def translate_nbest(self, inputs):
     """inputs: string [B] -> {"outputs": string [B, nbest], "scores": float32 [B, nbest]}."""
     outputs, scores = self._batched("translate_nbest", self._search, _rows(inputs))
     return {"outputs": outputs, "scores": scores}
 
-  @tf.function(input_signature=[_STRINGS, _STRINGS])
+  @_signature(input_signature=[_STRINGS, _STRINGS])
   def translate_prefix(self, inputs, prefix):
     """Translations that begin with given target text (interactive translation, post-editing).
 
@@ -562,7 +582,7 @@ class Translator(tf.Module):
       outputs, scores = self._batched("translate_prefix", self._search, inputs, prefix)
     return {"outputs": outputs, "scores": scores}
 
-  @tf.function(input_signature=[_STRINGS, _STRINGS])
+  @_signature(input_signature=[_STRINGS, _STRINGS])
   def translate_constrained(self, inputs, constraints):
     """Translations that contain given target phrases and avoid others (terminology).
 
@@ -581,7 +601,7 @@ class Translator(tf.Module):
                                       *lexical[:3])
     return {"outputs": outputs, "scores": scores}
 
-  @tf.function(input_signature=[_STRINGS, _STRINGS, _STRINGS])
+  @_signature(input_signature=[_STRINGS, _STRINGS, _STRINGS])
   def translate_constrained_prefix(self, inputs, constraints, prefix):
     """`translate_constrained` with each output starting with prefix[i] (see
     `translate_prefix`): string [B] each -> as `translate_nbest`."""
@@ -598,7 +618,7 @@ class Translator(tf.Module):
     return self._search(texts, prefixes,
                         lexical_constraints.Constraints(tokens, continues, banned))
 
-  @tf.function(input_signature=[_STRINGS, _SEEDS])
+  @_signature(input_signature=[_STRINGS, _SEEDS])
   def sample(self, inputs, seed):
     """Random sampling (back-translation): one output per row, drawn from the model's
     distribution as the export's sampling settings filter it (strategies.RandomSampling).
@@ -613,7 +633,7 @@ class Translator(tf.Module):
       outputs, scores = self._batched("sample", self._sample, inputs, seed)
     return {"outputs": outputs, "scores": scores}
 
-  @tf.function(input_signature=[_STRINGS, _STRINGS, _SEEDS])
+  @_signature(input_signature=[_STRINGS, _STRINGS, _SEEDS])
   def sample_prefix(self, inputs, prefix, seed):
     """`sample` with each output starting with prefix[i]'s subword pieces, forced (see
     `translate_prefix`): string [B], string [B], int64 [B] -> as `sample`."""
@@ -623,7 +643,7 @@ class Translator(tf.Module):
       outputs, scores = self._batched("sample_prefix", self._sample, inputs, seed, prefix)
     return {"outputs": outputs, "scores": scores}
 
-  @tf.function(input_signature=[_STRINGS, _STRINGS])
+  @_signature(input_signature=[_STRINGS, _STRINGS])
   def score(self, source, target):
     """source, target: string [B] -> {"log_prob": float32 [B]}, with the export's alpha.
 
@@ -650,7 +670,7 @@ class Translator(tf.Module):
     return (decoding.score(self._model.value, self._source_ids(source),
                            self._ids(self.target_tokenizer, target), self.config.value.alpha),)
 
-  @tf.function(input_signature=[_STRINGS])
+  @_signature(input_signature=[_STRINGS])
   def align(self, inputs):
     """The best translation with its cross-attention weights (for alignments and plots).
 

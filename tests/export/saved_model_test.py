@@ -178,6 +178,26 @@ def _run_fresh(version, inputs, prefixes) -> dict:
   return loaded
 
 
+def test_saving_traces_no_function_a_second_time(model_dir, tmp_path):
+  """The SavedModel serves the concrete functions of Translator.signatures(): saving it traces
+  none of the module's tf.functions again (under the save's variable policy, which doubled an
+  export's tracing), and the loaded object has the signatures and the weights, not them."""
+  model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
+  module = Translator(model, vocabulary, DecodeConfig(beam_size=2, nbest=2))
+  signatures = module.signatures()
+  functions = [getattr(module, name) for name in (
+      "serve", "translate_nbest", "translate_prefix", "translate_constrained",
+      "translate_constrained_prefix", "sample", "sample_prefix", "score", "align")]
+  functions += list(module._searches.values())
+  traced = [function.experimental_get_tracing_count() for function in functions]
+  tf.saved_model.save(module, str(tmp_path / "saved"), signatures=signatures)
+  assert [function.experimental_get_tracing_count() for function in functions] == traced
+  loaded = tf.saved_model.load(str(tmp_path / "saved"))
+  assert sorted(loaded.signatures) == sorted(SIGNATURES)
+  assert not hasattr(loaded, "serve")
+  assert len(loaded.model_variables) == len(module.model_variables)
+
+
 def _prefixes() -> list[str]:
   """A target prefix per INPUTS row: every other one empty."""
   return ["ss tt" if row % 2 == 0 else "" for row in range(len(INPUTS))]
