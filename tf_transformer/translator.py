@@ -230,10 +230,11 @@ class Translator(tf.Module):
 
     # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code
     # made up much of a small run's start-up)
-    self._searches = {
+    # (untracked: a SavedModel serves the signatures, see `_trackable_children`)
+    self._searches = _Untracked({
         strategy: tf.function(functools.partial(search_ids, strategy),
                               jit_compile=config.decode_jit, autograph=False)
-        for strategy in strategies.STRATEGIES}
+        for strategy in strategies.STRATEGIES})
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     """What tf.saved_model.save keeps of this module: its variables, tokenizers and tables,
@@ -244,15 +245,14 @@ class Translator(tf.Module):
       return super()._trackable_children(save_type, **kwargs)
     return {name: child for name, child in self._checkpoint_dependencies
             if not isinstance(child, (tf.types.experimental.PolymorphicFunction,
-                                      tf.types.experimental.ConcreteFunction))
-            and name != "_searches"}
+                                      tf.types.experimental.ConcreteFunction))}
 
   def _decode(self, source_ids, prefix_ids=None, seeds=None, strategy: str = "beam",
               constraints=None):
     """int32 [B, S] (optional forced prefixes int32 [B, P], int64 seeds [B] and
     lexical_constraints.Constraints, see decoding.decode) -> (ids int32 [B, N, L], scores
     float32 [B, N]), N the beam size (1 for sampling)."""
-    search = self._searches[strategy]
+    search = self._searches.value[strategy]
     if not self.config.value.decode_jit:
       return search(source_ids, prefix_ids, seeds, constraints)
     batch = tf.shape(source_ids)[0]

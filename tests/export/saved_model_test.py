@@ -188,7 +188,7 @@ def test_saving_traces_no_function_a_second_time(model_dir, tmp_path):
   functions = [getattr(module, name) for name in (
       "serve", "translate_nbest", "translate_prefix", "translate_constrained",
       "translate_constrained_prefix", "sample", "sample_prefix", "score", "align")]
-  functions += list(module._searches.values())
+  functions += list(module._searches.value.values())
   traced = [function.experimental_get_tracing_count() for function in functions]
   tf.saved_model.save(module, str(tmp_path / "saved"), signatures=signatures)
   assert [function.experimental_get_tracing_count() for function in functions] == traced

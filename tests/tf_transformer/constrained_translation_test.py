@@ -215,7 +215,7 @@ def test_the_compiled_search_runs_at_two_constraint_widths_which_the_warmups_rea
     constraints = Constraints(tf.fill([2, count], 5), tf.zeros([2, count], tf.bool),
                               tf.fill([2, *banned], 6))
     translator._decode(source_ids, constraints=constraints)
-  assert translator._searches["beam"].experimental_get_tracing_count() == 2
+  assert translator._searches.value["beam"].experimental_get_tracing_count() == 2
   narrow, wide = translator.warmup_constraints()
   assert narrow == "" and wide.startswith("!")
   pieces = vocabulary.target.tokenize(tf.constant([wide[1:]])).flat_values.shape[0]
