@@ -271,16 +271,14 @@ class Translator(tf.Module):
       seeds = tf.concat([seeds, tf.tile(seeds[:1], [padded_batch - batch])], axis=0)
     if constraints is not None:
       width = _constraint_width(constraints, self.config.value.max_constraint_tokens)
+      # (each with its static shape forgotten, as the ids below)
       constraints = constraints._replace(**{
-          name: _padded_to(_with_copies_of_first_row(getattr(constraints, name),
-                                                     padded_batch - batch),
-                           tf.fill([rank - 1], width))
+          name: _shape_forgotten(_padded_to(
+              _with_copies_of_first_row(getattr(constraints, name), padded_batch - batch),
+              tf.fill([rank - 1], width)))
           for name, rank in (("tokens", 2), ("continues", 2), ("banned", 3))})
     # a traced search per static shape its callers know: with those forgotten, one for all
     padded = [_shape_forgotten(ids) for ids in padded]
-    if constraints is not None:
-      constraints = constraints._replace(**{name: _shape_forgotten(getattr(constraints, name))
-                                            for name in ("tokens", "continues", "banned")})
     ids, scores = search(*padded, seeds, constraints)
     return ids[:batch], scores[:batch]
 
