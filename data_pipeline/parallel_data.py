@@ -132,7 +132,8 @@ class ParallelData:
       # writes each of its empty slots (26 MB and a second per save for the default 100,000)
       streams.append((pairs, min(c.shuffle_buffer, corpus.scan.num_lines)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
-                                  self.train_weights, c.subword_alpha, c.subword_nbest_size)
+                                  self.train_weights, c.subword_alpha, c.subword_nbest_size,
+                                  c.subword_sides)
 
   def dev_batches(self):
     """One pass over the dev set(s) in bucketed batches (for the dev loss), or None."""

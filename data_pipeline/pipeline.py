@@ -110,7 +110,8 @@ def add_decoder_inputs(source_ids, target_ids):
 
 def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabulary,
                   max_length: int, batch_tokens: int, seed: int, weights=None,
-                  subword_alpha: float = 0.0, subword_nbest_size: int = -1) -> tf.data.Dataset:
+                  subword_alpha: float = 0.0, subword_nbest_size: int = -1,
+                  subword_sides: str = "both") -> tf.data.Dataset:
   """Endless shuffled, bucketed training batches of one or more corpora.
 
   Args:
@@ -119,8 +120,9 @@ def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabu
     seed: the shuffles' and the mixture's seed.
     weights: with several corpora, each one's share of the pairs drawn (normalised; drawn
       before pairs over max_length are dropped), as tf.data's sample_from_datasets draws.
-    subword_alpha, subword_nbest_size: > 0, each pair is segmented anew each time it is read
-      (Vocabulary.sampling); 0, by the one best segmentation.
+    subword_alpha, subword_nbest_size, subword_sides: alpha > 0, each pair is segmented anew
+      each time it is read, on those sides (Vocabulary.sampling); 0, by the one best
+      segmentation.
 
   Returns:
     Dataset of (source_ids, target_input_ids, target_ids), each int32 [batch, L].
@@ -130,7 +132,7 @@ def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabu
   mixed = streams[0] if len(streams) == 1 else tf.data.Dataset.sample_from_datasets(
       streams, weights=[float(weight) for weight in weights], seed=seed)
   if subword_alpha > 0:
-    vocabulary = vocabulary.sampling(subword_alpha, subword_nbest_size)
+    vocabulary = vocabulary.sampling(subword_alpha, subword_nbest_size, subword_sides)
   return (mixed
           .apply(tokenize_pairs(vocabulary, max_length))
           .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens))

@@ -119,7 +119,8 @@ class TfdsData:
       # no larger than the split (see ParallelData.train_batches)
       streams.append((self._pairs(split, seed + index), min(c.shuffle_buffer, size)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
-                                  self.train_weights, c.subword_alpha, c.subword_nbest_size)
+                                  self.train_weights, c.subword_alpha, c.subword_nbest_size,
+                                  c.subword_sides)
 
   def dev_batches(self):
     if DEV not in self.splits:

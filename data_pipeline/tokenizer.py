@@ -106,14 +106,18 @@ class Vocabulary:
   def target_size(self) -> int:
     return int(self.target.vocab_size())
 
-  def sampling(self, alpha: float, nbest_size: int = -1) -> "Vocabulary":
+  def sampling(self, alpha: float, nbest_size: int = -1, sides: str = "both") -> "Vocabulary":
     """These subword models segmenting by sampling (subword regularization, Kudo 2018): each
     call draws a segmentation among the `nbest_size` best (-1: all) with probabilities
     P(segmentation)^alpha; a BPE model drops each merge with probability `alpha` instead.
+    Only the `sides` ("both", "source" or "target") sample; the other keeps these tokenizers.
     SentencePiece draws with its own random generator, which TensorFlow does not seed."""
-    source = load_tokenizer(self.source_model_path, alpha, nbest_size)
-    target = source if self.target_model_path == self.source_model_path else load_tokenizer(
-        self.target_model_path, alpha, nbest_size)
+    source, target = self.source, self.target
+    if sides != "target":
+      source = load_tokenizer(self.source_model_path, alpha, nbest_size)
+    if sides != "source":
+      shared = sides == "both" and self.target_model_path == self.source_model_path
+      target = source if shared else load_tokenizer(self.target_model_path, alpha, nbest_size)
     return Vocabulary(self.source_model_path, self.target_model_path, source, target)
 
 

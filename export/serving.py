@@ -20,6 +20,8 @@ from tf_transformer.translator import Translator
 
 WARMUP_INPUTS = ("", "Hello.", "A man in a blue shirt is standing on a ladder cleaning windows.")
 WARMUP_BATCH_SIZES = (1, 8)
+# The forced prefix of every warm-up request: a few pieces, the narrowest prefix bucket
+WARMUP_PREFIX = WARMUP_INPUTS[1]
 # With in-graph batching, also a text of about 30 subword pieces (an 8k vocabulary of English),
 # the width of most merged batches of sentences
 WARMUP_LONG_INPUT = ("Two young, White males are outside near many bushes. Several men in hard "
@@ -36,8 +38,8 @@ def next_version(export_dir: str, preferred: int) -> int:
 
 def _warmup_log(signature_name: str, specs, texts, constraints: str = ""):
   """A PredictionLog of one request to `signature_name` giving `texts` to each string input
-  of `specs` (its tf.TensorSpecs), the numbers 0, 1, ... to each integer one (the seeds), and
-  `constraints` to each row's constraints."""
+  of `specs` (its tf.TensorSpecs) but the forced prefixes, WARMUP_PREFIX each, the numbers 0,
+  1, ... to each integer one (the seeds), and `constraints` to each row's constraints."""
   from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
   request = predict_pb2.PredictRequest(
@@ -46,41 +48,48 @@ def _warmup_log(signature_name: str, specs, texts, constraints: str = ""):
     values = texts if spec.dtype == tf.string else list(range(len(texts)))
     if spec.name == "constraints":
       values = [constraints] * len(texts)
+    if spec.name == "prefix":
+      values = [WARMUP_PREFIX] * len(texts)
     request.inputs[spec.name].CopyFrom(tf.make_tensor_proto(values, dtype=spec.dtype))
   return prediction_log_pb2.PredictionLog(
       predict_log=prediction_log_pb2.PredictLog(request=request))
 
 
-def _warmup_batches(signatures: dict, batching, buckets=None,
-                    constraint_lines=("",)) -> list[tuple[str, list[str], str]]:
-  """(signature name, texts, constraints of each row) of each warm-up request:
-  WARMUP_BATCH_SIZES rows of the cycled WARMUP_INPUTS for each signature; with `batching`
-  (config.BatchingConfig), for each of Translator.BATCHED_SIGNATURES instead, each allowed
-  batch size of rows, all one text, for one text of each shape among those of `buckets`
-  ({text: Translator.shape_buckets(text)}): its merged searches run at those sizes, and a batch
-  is as wide as its widest text, so every merge of texts as wide as these is compiled at load.
-  The signatures with a `constraints` input get each request once with each of
-  `constraint_lines` (Translator.warmup_constraints: one per compiled width)."""
+def _warmup_batches(signatures: dict, batching,
+                    buckets=None) -> list[tuple[str, list[str]]]:
+  """(signature name, texts) of each warm-up request: WARMUP_BATCH_SIZES rows of the cycled
+  WARMUP_INPUTS for each signature. With `batching` (config.BatchingConfig) instead, for each
+  of Translator.PROGRAM_SIGNATURES, each allowed batch size of rows, all one text, for one text
+  of each source bucket among those of `buckets` ({text: Translator.source_bucket(text)}): its
+  merged searches run at those sizes, and a batch is as wide as its widest text, so every merge
+  of texts as wide as these is compiled at load; the other batched signatures, whose searches
+  run those programs, one row each.
+
+  The forced prefixes are WARMUP_PREFIX (`_warmup_log`), of the narrowest prefix bucket: the
+  searches with a prefix then run the programs of those without one (a merged batch of longer
+  prefixes compiles its width the first time, as a longer source does). The constraints are
+  "": the narrow constrained search (translator `_constraint_width`); the wide one compiles at
+  a batch size the first time a request of wider constraints runs there, not at load, where at
+  base dims it would add a third to the programs and their memory mappings (docs/serving.md)."""
   requests = []
-  for name, signature in signatures.items():
-    inputs = {spec.name for spec in tf.nest.flatten(signature.structured_input_signature)}
-    if batching and name in Translator.BATCHED_SIGNATURES:
-      widths = ["source"] + [width for width in ("target", "prefix") if width in inputs]
-      shapes = {}
+  for name in signatures:
+    if batching and name in Translator.PROGRAM_SIGNATURES:
+      widths = {}
       for text in sorted(buckets, key=lambda text: not text):  # non-empty texts first
-        shapes.setdefault(tuple(buckets[text][width] for width in widths), text)
+        widths.setdefault(buckets[text], text)
       batches = [[text] * size for size in batching.allowed_batch_sizes
-                 for text in shapes.values()]
+                 for text in widths.values()]
+    elif batching and name in Translator.BATCHED_SIGNATURES:
+      batches = [[WARMUP_PREFIX]]
     else:
       batches = [[WARMUP_INPUTS[i % len(WARMUP_INPUTS)] for i in range(batch)]
                  for batch in WARMUP_BATCH_SIZES]
-    lines = constraint_lines if "constraints" in inputs else ("",)
-    requests += [(name, texts, line) for texts in batches for line in lines]
+    requests += [(name, texts) for texts in batches]
   return requests
 
 
 def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
-                          buckets=None, constraint_lines=("",)) -> str:
+                          buckets=None) -> str:
   """assets.extra/tf_serving_warmup_requests: PredictionLog records of the requests of
   `_warmup_batches` (a 1-row and an 8-row request to each signature without batching).
 
@@ -93,9 +102,7 @@ def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
       or integers (`score` gets the texts as both source and target).
     batching: the export's config.BatchingConfig, or None.
     buckets: with `batching`, the candidate texts of the batched signatures' warm-ups and
-      their widths, {text: Translator.shape_buckets(text)}.
-    constraint_lines: the constraints of the constrained signatures' warm-ups
-      (Translator.warmup_constraints).
+      their source buckets, {text: Translator.source_bucket(text)}.
 
   Returns:
     The path of the records file.
@@ -103,10 +110,9 @@ def write_warmup_requests(version_dir: str, signatures: dict, batching=None,
   path = tf.io.gfile.join(version_dir, "assets.extra", "tf_serving_warmup_requests")
   tf.io.gfile.makedirs(tf.io.gfile.join(version_dir, "assets.extra"))
   with tf.io.TFRecordWriter(path) as writer:
-    for name, texts, constraints in _warmup_batches(signatures, batching, buckets,
-                                                    constraint_lines):
+    for name, texts in _warmup_batches(signatures, batching, buckets):
       specs = tf.nest.flatten(signatures[name].structured_input_signature)
-      writer.write(_warmup_log(name, specs, texts, constraints).SerializeToString())
+      writer.write(_warmup_log(name, specs, texts).SerializeToString())
   return path
 
 
@@ -124,10 +130,9 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
   # TF Serving loads numeric folder names only: it never sees the temporary `<version>.tmp-*`
   with files.atomic_path(final, overwrite=False) as temporary:
     tf.saved_model.save(module, temporary, signatures=signatures)
-    buckets = {text: module.shape_buckets(text)
+    buckets = {text: module.source_bucket(text)
                for text in WARMUP_INPUTS + (WARMUP_LONG_INPUT,)} if batching else None
-    write_warmup_requests(temporary, signatures, batching, buckets,
-                          module.warmup_constraints())
+    write_warmup_requests(temporary, signatures, batching, buckets)
     # the whole folder is renamed at the end: the file itself needs no temporary name
     with tf.io.gfile.GFile(tf.io.gfile.join(temporary, "assets.extra", "decoding.json"), "w") as f:
       f.write(json.dumps(settings, indent=2))

@@ -68,6 +68,7 @@ INTEGER_RANGES = {
 # The string fields' choices.
 CHOICES = {
     "spm_model_type": ("unigram", "bpe"),
+    "subword_sides": ("both", "source", "target"),
     "on_bad_line": ("error", "skip"),
     "norm_position": ("post", "pre"),  # layers.residual.NORM_POSITIONS
     "position_encoding": ("sinusoidal", "relative"),
@@ -141,6 +142,8 @@ class DataConfig(_Checked):
   each time it is read, sampled by SentencePiece from its subword_nbest_size best segmentations
   (-1: from all of them) with probabilities sharpened by subword_alpha (a BPE model drops merges
   with probability subword_alpha instead); dev, test and translation stay deterministic.
+  subword_sides: the sides sampled so ("both", "source" or "target"); the other side keeps its
+  one best segmentation.
   """
   data_dir: str | None = None
   dataset: str = ""
@@ -161,6 +164,7 @@ class DataConfig(_Checked):
   shuffle_buffer: int = 100_000
   subword_alpha: float = 0.0
   subword_nbest_size: int = -1
+  subword_sides: str = "both"
 
   def __post_init__(self):
     super().__post_init__()

@@ -99,7 +99,8 @@ def _constraint_width(constraints, size: int):
   banned [B, w, w]) for `constraints` of any widths: NARROW_CONSTRAINTS when their positive
   pieces, phrases to avoid and pieces of one all fit in it, else `size` (the export's
   max_constraint_tokens, which no valid request exceeds). Two widths: the warm-up requests
-  compile both (`warmup_constraints`)."""
+  compile the narrow one, a request of wider constraints the wide one (export/serving.py
+  `_warmup_batches`)."""
   widest = tf.reduce_max(tf.concat([tf.shape(constraints.tokens)[1:],
                                     tf.shape(constraints.banned)[1:]], axis=0))
   return tf.where(widest <= NARROW_CONSTRAINTS, min(NARROW_CONSTRAINTS, size), size)
@@ -179,6 +180,10 @@ class Translator(tf.Module):
   BATCHED_SIGNATURES = ("serving_default", "translate_nbest", "translate_prefix", "sample",
                         "sample_prefix", "score", "translate_constrained",
                         "translate_constrained_prefix")
+  # Of those, the signatures whose searches compile every XLA program of the others: the
+  # others run the same searches (a forced prefix of the narrowest bucket runs the program of
+  # none, see `_decode`) or none that is compiled (`score`)
+  PROGRAM_SIGNATURES = ("serving_default", "sample", "translate_constrained")
 
   def __init__(self, model, vocabulary, config: DecodeConfig = DecodeConfig(), *,
                max_batch_size: int = 64, precision: str = "float32", shortlist_size: int = 0,
@@ -304,33 +309,13 @@ class Translator(tf.Module):
     return tf.concat([self._pieces_of(tokenizer, texts), eos], axis=1).to_tensor(
         default_value=PAD_ID)
 
-  def shape_buckets(self, text: str) -> dict[str, int]:
-    """The widths at which a request of `text` alone runs the XLA-compiled search, by input:
-    {"source": its ids + EOS, "target": the same as a scored target, "prefix": its pieces as a
-    forced prefix}, each its `_bucket_width`. Texts of the same widths compile the same
-    shapes, and a search without a prefix runs as one with a prefix of the narrowest."""
-    texts = tf.constant([text])
-    widths = {"source": self._ids(self.source_tokenizer, texts).shape[1],
-              "target": self._ids(self.target_tokenizer, texts).shape[1],
-              "prefix": self._pieces_of(self.target_tokenizer, texts).bounding_shape()[1]}
-    return {name: int(_bucket_width(int(width))) for name, width in widths.items()}
-
-  def warmup_constraints(self) -> list[str]:
-    """Constraint lines whose requests run the XLA-compiled constrained search at each of its
-    widths (`_constraint_width`): "" (the narrow one) and, when max_constraint_tokens is wider,
-    a phrase to avoid of NARROW_CONSTRAINTS + 1 pieces (which need not fit any output, so
-    every request may carry it). Without XLA the search has one graph for all widths: [""]."""
-    config = self.config.value
-    if not config.decode_jit or config.max_constraint_tokens <= NARROW_CONSTRAINTS:
-      return [""]
-    pieces = self.target_tokenizer.id_to_string(tf.range(self._word_inside.shape[0])).numpy()
-    words = {piece.decode("utf-8", "replace").lstrip("▁") for piece in pieces}
-    for word in sorted(word for word in words if word.isalpha()):
-      phrase = " ".join([word] * (NARROW_CONSTRAINTS + 1))
-      count = int(self.target_tokenizer.tokenize(tf.constant([phrase])).flat_values.shape[0])
-      if NARROW_CONSTRAINTS < count <= config.max_constraint_tokens:
-        return ["", "!" + phrase]
-    raise ValueError("no target word to warm up the wide constrained search with")
+  def source_bucket(self, text: str) -> int:
+    """The width at which a request of `text` alone runs the XLA-compiled searches: its ids +
+    EOS, to its `_bucket_width`. Texts of the same bucket compile the same programs (a search
+    with a prefix of the narrowest bucket runs the program of one without; `score` is not
+    compiled)."""
+    width = self._source_ids(tf.constant([text])).shape[1]
+    return int(_bucket_width(int(width)))
 
   def _source_ids(self, texts):
     """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""

@@ -36,19 +36,20 @@ def _rows(ids: np.ndarray) -> list[tuple[int, ...]]:
   return [tuple(int(i) for i in row if i not in (PAD_ID, EOS_ID)) for row in ids]
 
 
-def _segmentations(data, batches: int) -> dict[str, set]:
-  """{source text: its distinct source segmentations} over `batches` training batches, each
-  row's text checked to detokenize to a corpus sentence, its target too."""
+def _segmentations(data, batches: int) -> tuple[dict[str, set], dict[str, set]]:
+  """({source text: its distinct source segmentations}, the same of the targets) over `batches`
+  training batches, each row's text checked to detokenize to a corpus sentence."""
   (dev,) = data.dev_pairs().values()
   sentences = {s for s, _ in dev}
   targets = {t for _, t in dev}
-  seen = collections.defaultdict(set)
+  seen = collections.defaultdict(set), collections.defaultdict(set)
   for source, _, target in data.train_batches(seed=1).take(batches).as_numpy_iterator():
-    source_texts = [t.decode() for t in data.vocabulary.source.detokenize(source).numpy()]
-    target_texts = [t.decode() for t in data.vocabulary.target.detokenize(target).numpy()]
-    assert set(source_texts) <= sentences and set(target_texts) <= targets
-    for text, row in zip(source_texts, _rows(source)):
-      seen[text].add(row)
+    for side, ids, tokenizer, corpus in ((0, source, data.vocabulary.source, sentences),
+                                         (1, target, data.vocabulary.target, targets)):
+      texts = [t.decode() for t in tokenizer.detokenize(ids).numpy()]
+      assert set(texts) <= corpus
+      for text, row in zip(texts, _rows(ids)):
+        seen[side][text].add(row)
   return seen
 
 
@@ -59,7 +60,7 @@ def test_a_sentence_is_segmented_anew_each_time_it_is_read(data_dir, tmp_path, m
   model by dropping merges), each spelling the sentence; a unigram model's best segmentation,
   the most probable, is among them for most."""
   data = _data(data_dir, tmp_path, subword_alpha=alpha, spm_model_type=model_type)
-  seen = _segmentations(data, batches=60)
+  seen, _ = _segmentations(data, batches=60)
   assert len(seen) == 40
   varied = sum(len(rows) > 1 for rows in seen.values())
   assert varied >= 30, {text: len(rows) for text, rows in seen.items()}
@@ -71,7 +72,7 @@ def test_a_sentence_is_segmented_anew_each_time_it_is_read(data_dir, tmp_path, m
 def test_alpha_0_and_the_dev_batches_keep_the_best_segmentation(data_dir, tmp_path):
   plain = _data(data_dir, tmp_path)
   sampling = _data(data_dir, tmp_path, subword_alpha=0.1)  # the same subword model
-  seen = _segmentations(plain, batches=30)
+  seen, _ = _segmentations(plain, batches=30)
   for text, rows in seen.items():
     assert rows == {tuple(plain.vocabulary.source.tokenize(text).numpy())}, text
   dev = [list(data.dev_batches().as_numpy_iterator()) for data in (plain, sampling, sampling)]
@@ -82,12 +83,30 @@ def test_alpha_0_and_the_dev_batches_keep_the_best_segmentation(data_dir, tmp_pa
         np.testing.assert_array_equal(got_part, want_part)
 
 
+@pytest.mark.parametrize("shared_vocab", [True, False])
+@pytest.mark.parametrize("sides", ["source", "target"])
+def test_one_side_sampled_the_other_keeps_its_best_segmentation(data_dir, tmp_path, sides,
+                                                                shared_vocab):
+  """--subword_sides: the side named comes out in several segmentations, the other in its one
+  best, also when both sides share one subword model."""
+  data = _data(data_dir, tmp_path, subword_alpha=0.1, subword_sides=sides,
+               shared_vocab=shared_vocab)
+  source, target = _segmentations(data, batches=60)
+  sampled, kept = (source, target) if sides == "source" else (target, source)
+  tokenizer = data.vocabulary.target if sides == "source" else data.vocabulary.source
+  assert len(sampled) == len(kept) == 40
+  assert sum(len(rows) > 1 for rows in sampled.values()) >= 30
+  for text, rows in kept.items():
+    assert rows == {tuple(tokenizer.tokenize(text).numpy())}, text
+
+
 @pytest.mark.parametrize("settings, field", [
     (dict(subword_alpha=0.1, subword_nbest_size=1), "subword_nbest_size=1"),
     (dict(subword_alpha=0.1, subword_nbest_size=0), "subword_nbest_size=0"),
     (dict(subword_alpha=1.5), "subword_alpha=1.5"),
     (dict(subword_alpha=-0.1), "subword_alpha=-0.1"),
-    (dict(subword_nbest_size=-2), "subword_nbest_size=-2")])
+    (dict(subword_nbest_size=-2), "subword_nbest_size=-2"),
+    (dict(subword_sides="neither"), "subword_sides='neither'")])
 def test_bad_settings_are_one_config_error(settings, field):
   with pytest.raises(ConfigError, match=f"^DataConfig: {field} ") as error:
     DataConfig(data_dir="data", **settings)

@@ -90,9 +90,6 @@ class _Echo(tf.Module):
   def serve(self, inputs):
     return {"outputs": inputs}
 
-  def warmup_constraints(self):  # as a Translator's: no constrained signature
-    return [""]
-
 
 def test_failed_export_to_a_uri_leaves_no_partial_version(tmp_path):
   module = _Echo()

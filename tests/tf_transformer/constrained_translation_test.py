@@ -16,7 +16,7 @@ from tests.tf_transformer.translator_test import TEXTS, no_candidates_lexicon
 from tf_transformer import checkpoints, decoding, shortlist
 from tf_transformer.config import DecodeConfig
 from tf_transformer.lexical_constraints import ConstraintError, Constraints
-from tf_transformer.translator import NARROW_CONSTRAINTS, Translator, _trimmed
+from tf_transformer.translator import Translator, _trimmed
 
 SEARCH = dict(beam_size=2, max_source_length=10, extra_decode_length=5)  # the export's
 
@@ -200,11 +200,10 @@ def test_xla_shortlist_and_int8_searches_meet_the_constraints_as_the_graph(tiny_
 
 
 
-def test_the_compiled_search_runs_at_two_constraint_widths_which_the_warmups_reach(
-    tiny_model_dir):
+def test_the_compiled_search_runs_at_two_constraint_widths(tiny_model_dir):
   """Under XLA, constraints whose pieces to include, phrases to avoid and pieces of one all fit
   NARROW_CONSTRAINTS run at that width, any wider at max_constraint_tokens: two compilations
-  for a batch and source bucket, whatever the widths. The warm-up lines are one of each."""
+  for a batch and source bucket, whatever the widths."""
   model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
   search = DecodeConfig(beam_size=2, extra_decode_length=20, decode_jit=True,
                         max_constraint_tokens=16)
@@ -216,12 +215,6 @@ def test_the_compiled_search_runs_at_two_constraint_widths_which_the_warmups_rea
                               tf.fill([2, *banned], 6))
     translator._decode(source_ids, constraints=constraints)
   assert translator._searches.value["beam"].experimental_get_tracing_count() == 2
-  narrow, wide = translator.warmup_constraints()
-  assert narrow == "" and wide.startswith("!")
-  pieces = vocabulary.target.tokenize(tf.constant([wide[1:]])).flat_values.shape[0]
-  assert NARROW_CONSTRAINTS < pieces <= 16
-  graph = Translator(model, vocabulary, replace(search, decode_jit=False))
-  assert graph.warmup_constraints() == [""]  # one graph for every width
 
 
 def test_the_signature_refuses_constraints_that_cannot_be_met_naming_the_row(tiny_model_dir):

@@ -75,6 +75,9 @@ flags.DEFINE_float("subword_alpha", 0.0,
                    "one best, as dev and test.")
 _integer("subword_nbest_size", -1,
          "With --subword_alpha: sample among this many best segmentations (-1: all).")
+_enum("subword_sides", "both",
+      "With --subword_alpha: the sides whose segmentations are sampled; the other keeps its "
+      "one best.")
 
 # ---------------------------------------------------------------- model
 _integer("num_layers", 6, "Encoder and decoder layers (each).")
