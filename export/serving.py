@@ -36,10 +36,11 @@ def next_version(export_dir: str, preferred: int) -> int:
   return preferred if preferred not in taken and preferred > 0 else max(taken + [0]) + 1
 
 
-def _warmup_log(signature_name: str, specs, texts, constraints: str = ""):
+def _warmup_log(signature_name: str, specs, texts):
   """A PredictionLog of one request to `signature_name` giving `texts` to each string input
-  of `specs` (its tf.TensorSpecs) but the forced prefixes, WARMUP_PREFIX each, the numbers 0,
-  1, ... to each integer one (the seeds), and `constraints` to each row's constraints."""
+  of `specs` (its tf.TensorSpecs) but the forced prefixes, WARMUP_PREFIX each, and the
+  constraints, "" each (`_warmup_batches`), and the numbers 0, 1, ... to each integer one (the
+  seeds)."""
   from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
   request = predict_pb2.PredictRequest(
@@ -47,7 +48,7 @@ def _warmup_log(signature_name: str, specs, texts, constraints: str = ""):
   for spec in specs:
     values = texts if spec.dtype == tf.string else list(range(len(texts)))
     if spec.name == "constraints":
-      values = [constraints] * len(texts)
+      values = [""] * len(texts)
     if spec.name == "prefix":
       values = [WARMUP_PREFIX] * len(texts)
     request.inputs[spec.name].CopyFrom(tf.make_tensor_proto(values, dtype=spec.dtype))
