@@ -469,25 +469,32 @@ def replay_warmup_requests(saved_model: str, loaded) -> int:
   requests = [prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
               for record in tf.data.TFRecordDataset(path)]
   rows = [_request_rows(request) for request in requests]
-  # by batch size (stable): each size compiles about the programs of the first, whose
-  # requests, once run, make a fair estimate of the rest (searches share programs, so the
-  # first requests alone would not)
+  names = [request.model_spec.signature_name for request in requests]
+  # by batch size (stable): each larger size compiles about the programs of the smallest, so
+  # the growth of the smallest's requests to the signatures that recur at the larger sizes
+  # estimates the rest (the others' one request each mostly runs programs already compiled,
+  # and counting them would underestimate; and searches share programs, so the first
+  # requests alone would not be a fair sample either)
   order = sorted(range(len(requests)), key=rows.__getitem__)
-  first_size = rows.count(min(rows, default=0))
-  limit, growths = memory_mapping_limit(), []
-  for index, request in enumerate(requests[i] for i in order):
+  smallest = min(rows, default=0)
+  recurring = {names[i] for i in order if rows[i] > smallest}
+  limit, growths, sample = memory_mapping_limit(), [], []
+  for index, i in enumerate(order):
     before = memory_mappings() if limit else 0
+    per_request = sum(sample) / len(sample) if sample and rows[i] > smallest else None
     problem = _memory_mapping_problem(before, limit, growths, len(requests) - index,
-                                      extrapolate=index >= first_size)
+                                      per_request)
     if problem:
       raise ModelDirError(f"{saved_model}: its {len(requests)} warm-up requests compile XLA "
                           f"programs that {problem}: raise it (sysctl -w "
                           "vm.max_map_count=1048576), or export with a smaller "
                           "--batching_max_size or with --nodecode_jit")
-    loaded.signatures[request.model_spec.signature_name](**{
-        name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()})
+    loaded.signatures[names[i]](**{
+        name: tf.constant(tf.make_ndarray(proto)) for name, proto in requests[i].inputs.items()})
     if limit:
       growths.append(memory_mappings() - before)
+      if rows[i] == smallest and names[i] in recurring:
+        sample.append(growths[-1])
   return len(requests)
 
 
@@ -517,24 +524,22 @@ def memory_mappings() -> int:
 
 
 def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int],
-                            remaining: int, extrapolate: bool = True) -> str | None:
+                            remaining: int, per_request: float | None = None) -> str | None:
   """Why the next `remaining` warm-up requests would exceed `limit` memory mappings, or None.
 
   XLA's CPU compiler maps three memory regions (code, constants, data) for each kernel of a
   program and keeps them: about 520 a program for a search at base dims (6 layers), so that
-  an export of base dims with --batching (206 warm-up requests, about 180 programs before the
-  searches with and without a prefix shared theirs) needs more than Linux's default
-  vm.max_map_count of 65,530 (docs/serving.md). With `extrapolate`, the requests so far
-  (`growths`: the mappings each added), extrapolated, refuse the rest once they need a quarter
-  more than the room left; and any request is refused whose room is less than twice the
-  largest growth seen.
+  an export of base dims with --batching (61 warm-up requests, most of them compiling a
+  program) needs about half of Linux's default vm.max_map_count of 65,530 (docs/serving.md).
+  Given `per_request`, the rest are refused once they need a quarter more than the room left;
+  and any request is refused whose room is less than twice the largest growth seen.
 
   Args:
     mappings: the mappings held now; limit: memory_mapping_limit() (None: no check).
     growths: the mappings each request so far added (compiled programs add, cached ones not).
     remaining: the requests still to run, the next one included.
-    extrapolate: whether `growths` are a fair sample of the remaining requests' (those of a
-      whole batch size have run).
+    per_request: the mappings each remaining request is expected to add, or None (not known
+      yet: before the requests of a whole batch size have run).
   """
   if not limit:
     return None
@@ -543,7 +548,7 @@ def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int]
     return None if room > _FIRST_PROGRAM_MAPPINGS else (
         f"need more memory mappings than the {max(room, 0):,} that vm.max_map_count="
         f"{limit:,} leaves")
-  needed = max(round(sum(growths) / len(growths) * remaining) if extrapolate else 0,
+  needed = max(round(per_request * remaining) if per_request is not None else 0,
                2 * max(growths))
   if needed > 1.25 * room or room < 2 * max(growths):
     return (f"need about {needed:,} more memory mappings, and vm.max_map_count={limit:,} "
