@@ -304,10 +304,14 @@ class Translator(tf.Module):
     return tokenizer.tokenize(heads)[:, :self.max_source_length]
 
   def _ids(self, tokenizer, texts):
-    """string [B] -> int32 [B, L]: `_pieces_of` each text + EOS, PAD_ID-padded."""
-    eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(texts)[0], 1], EOS_ID))
-    return tf.concat([self._pieces_of(tokenizer, texts), eos], axis=1).to_tensor(
-        default_value=PAD_ID)
+    """string [B] -> int32 [B, L]: `_pieces_of` each text + EOS, PAD_ID-padded (L: the most
+    pieces + 1). EOS is written into the padded tensor: a ragged concatenation would cost
+    each signature's tracing a tenth of an export's time."""
+    pieces = self._pieces_of(tokenizer, texts)
+    ids = tf.pad(pieces.to_tensor(default_value=PAD_ID), [[0, 0], [0, 1]],
+                 constant_values=PAD_ID)
+    ends = tf.cast(pieces.row_lengths(), tf.int32)[:, None]
+    return tf.where(tf.range(tf.shape(ids)[1])[None, :] == ends, EOS_ID, ids)
 
   def source_bucket(self, text: str) -> int:
     """The width at which a request of `text` alone runs the XLA-compiled searches: its ids +
