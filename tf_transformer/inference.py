@@ -477,7 +477,7 @@ def replay_warmup_requests(saved_model: str, loaded) -> int:
   # requests alone would not be a fair sample either)
   order = sorted(range(len(requests)), key=rows.__getitem__)
   smallest = min(rows, default=0)
-  recurring = {names[i] for i in order if rows[i] > smallest}
+  recurring = {name for name, size in zip(names, rows) if size > smallest}
   limit, growths, sample = memory_mapping_limit(), [], []
   for index, i in enumerate(order):
     before = memory_mappings() if limit else 0
