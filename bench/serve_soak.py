@@ -55,6 +55,13 @@ flags.DEFINE_integer("rounds", 1, "Rounds per client count: each round runs ever
 flags.DEFINE_bool("also_unbatched", False, "With --batching, also serve the same weights "
                   "exported without it, alternated with the batching export (one client's "
                   "latency is the cost of the batching queue).")
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow's threads for one op (the XLA-compiled "
+                     "search included), as TF Serving's --tensorflow_intra_op_parallelism; 0 is "
+                     "TensorFlow's default (every core).", lower_bound=0)
+flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow's threads running ops side by side "
+                     "(concurrent requests), as TF Serving's "
+                     "--tensorflow_inter_op_parallelism; 0 is TensorFlow's default.",
+                     lower_bound=0)
 FLAGS = flags.FLAGS
 
 
@@ -238,6 +245,8 @@ def main(argv):
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
+  tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
+  tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
   random_model = None if FLAGS.model_dir else _random_model()
   sentences = _sentences()
   loads = []
@@ -274,7 +283,8 @@ def main(argv):
           f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
   print(json.dumps({"minutes": FLAGS.minutes, "rounds": FLAGS.rounds,
                     "model_dir": FLAGS.model_dir, "sentences": FLAGS.sentences,
-                    "beam_size": FLAGS.beam_size, "loads": loads, "medians": summary,
+                    "beam_size": FLAGS.beam_size, "intra_op_threads": FLAGS.intra_op_threads,
+                    "inter_op_threads": FLAGS.inter_op_threads, "loads": loads, "medians": summary,
                     "results": report}))
 
 

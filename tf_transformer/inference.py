@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from data_pipeline import language_tags
 from tf_transformer import model_dir as model_dir_lib
@@ -482,6 +483,12 @@ def replay_warmup_requests(saved_model: str, loaded) -> int:
   for index, i in enumerate(order):
     before = memory_mappings() if limit else 0
     per_request = sum(sample) / len(sample) if sample and rows[i] > smallest else None
+    if per_request is not None and rows[order[index - 1]] == smallest:
+      logging.info("%s: the warm-up requests of %d row(s) added %s memory mappings; the %d "
+                   "larger ones are expected to add about %s (vm.max_map_count=%s leaves %s)",
+                   saved_model, smallest, f"{sum(growths):,}", len(requests) - index,
+                   f"{round(per_request * (len(requests) - index)):,}", f"{limit:,}",
+                   f"{limit - before:,}")
     problem = _memory_mapping_problem(before, limit, growths, len(requests) - index,
                                       per_request)
     if problem:

@@ -2,6 +2,7 @@
 the Python API (the README's example, run as written)."""
 
 import ast
+import logging
 import pathlib
 import re
 import shutil
@@ -319,11 +320,11 @@ def test_warmups_are_refused_before_their_compiled_programs_pass_the_memory_mapp
 
 
 def test_the_replay_estimates_the_larger_batch_sizes_from_the_signatures_warmed_at_each(
-    tmp_path, monkeypatch):
+    tmp_path, monkeypatch, caplog):
   """An export with --batching warms two signatures at every batch size (each request compiles
   a program) and the others once, at the smallest (reusing those programs): the estimate of
   the larger sizes counts the recurring signatures' growth alone, so the replay refuses as
-  soon as the smallest size has run, not requests later."""
+  soon as the smallest size has run, not requests later, and logs the estimate."""
   spec = [tf.TensorSpec([None], tf.string, name="inputs")]
   once = ["translate_nbest", "translate_prefix", "score", "align", "translate_tokens",
           "translate_sampled_nbest"]
@@ -346,8 +347,10 @@ def test_the_replay_estimates_the_larger_batch_sizes_from_the_signatures_warmed_
   monkeypatch.setattr(inference, "memory_mappings", lambda: mappings[0])
   # 10 requests of one row add 2,000; the 12 larger ones will add 6,000, over 1.25 x the room
   monkeypatch.setattr(inference, "memory_mapping_limit", lambda: 10_000 + 2_000 + 4_500)
-  with pytest.raises(ModelDirError, match=r"its 22 warm-up requests compile XLA programs that "
-                     r"need about 6,000 more memory mappings, and vm.max_map_count=16,500 "
-                     r"leaves 4,500: raise it"):
+  with caplog.at_level(logging.INFO, logger="absl"), pytest.raises(
+      ModelDirError, match=r"its 22 warm-up requests compile XLA programs that need about "
+      r"6,000 more memory mappings, and vm.max_map_count=16,500 leaves 4,500: raise it"):
     inference.replay_warmup_requests(str(tmp_path), loaded())
+  assert ("the warm-up requests of 1 row(s) added 2,000 memory mappings; the 12 larger ones "
+          "are expected to add about 6,000 (vm.max_map_count=16,500 leaves 4,500)") in caplog.text
   assert sorted(ran) == sorted((name, 1) for name, size, _ in plan if size == 1)
