@@ -13,16 +13,16 @@ sentence per request, beside CTranslate2 serving the same weights (a benchmark).
     # a random model, random words (every output runs to the length limit), 10 minutes:
     python -m bench.serve_soak --flagfile=flags/small.cfg --clients=8 --minutes=10
 
-With --model_dir, its --checkpoint is exported as tf_transformer.bin.export_saved_model does
-it (XLA-compiled beam search, --beam_size, --extra_decode_length, --min_decode_length,
---max_decode_length, --precision, --shortlist_size, --batching and its settings), and with
---ct2 also as tf_transformer.bin.export_ctranslate2 does it, loaded in each of those compute
-types (its SentencePiece model applied in Python, as a CTranslate2 server does), once per
---ct2_intra_threads value. Without it, a randomly initialised model of the preset's dims is
-exported to both. Requests are the lines of --sentences (random words without it, 5% of them
-empty). For each number of --clients, each of --rounds runs every system in turn: the clients
-send requests for --minutes. Prints requests/s and p50/p99 latency per (system, clients,
-round), then the medians over the rounds, and the process RSS; the last line is JSON.
+With --model_dir, its --checkpoint is exported as tf_transformer.bin.export_saved_model does it
+(the beam search XLA-compiled unless --nodecode_jit, --beam_size, --extra_decode_length,
+--min_decode_length, --max_decode_length, --precision, --shortlist_size, --batching and its
+settings), and with --ct2 also as tf_transformer.bin.export_ctranslate2 does it, loaded in each of
+those compute types (its SentencePiece model applied in Python, as a CTranslate2 server does),
+once per --ct2_intra_threads value. Without it, a randomly initialised model of the preset's dims
+is exported to both. Requests are the lines of --sentences (random words without it, 5% of them
+empty). For each number of --clients, each of --rounds runs every system in turn: the clients send
+requests for --minutes. Prints requests/s and p50/p99 latency per (system, clients, round), then
+the medians over the rounds, and the process RSS; the last line is JSON.
 """
 
 import json
@@ -91,13 +91,11 @@ def _export(batching, random_model=None) -> str:
   """--model_dir (or `random_model`, a (model, vocabulary) pair) exported as
   tf_transformer.bin.export_saved_model does it, with in-graph `batching` (a BatchingConfig or
   None), to a fresh folder under --workdir; returns the version folder."""
-  import dataclasses
-
   from export import serving
 
   export_dir = os.path.join(FLAGS.workdir, "soak_export" + ("_batching" if batching else ""))
   shutil.rmtree(export_dir, ignore_errors=True)
-  search = dataclasses.replace(shared_flags.decode_config_from_flags(), decode_jit=True)
+  search = shared_flags.decode_config_from_flags()
   if random_model:
     from tf_transformer.translator import Translator
 
@@ -213,8 +211,8 @@ def _saved_model_fns(tf, random_model, sentences, loads: list) -> dict:
 
   batching = export_saved_model.batching_config_from_flags()
   exports = [batching] + ([None] if batching and FLAGS.also_unbatched else [])
-  name = f"saved_model_{FLAGS.precision}" + (f"_shortlist{FLAGS.shortlist_size}"
-                                             if FLAGS.shortlist_size else "")
+  name = (f"saved_model_{FLAGS.precision}" + ("" if FLAGS.decode_jit else "_graph")
+          + (f"_shortlist{FLAGS.shortlist_size}" if FLAGS.shortlist_size else ""))
   fns = {}
   for setting in exports:
     folder = _export(setting, random_model)
@@ -245,6 +243,7 @@ def main(argv):
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
+  FLAGS.set_default("decode_jit", True)  # as export_saved_model exports
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
   tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
   random_model = None if FLAGS.model_dir else _random_model()
