@@ -133,7 +133,8 @@ class ParallelData:
       streams.append((pairs, min(c.shuffle_buffer, corpus.scan.num_lines)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
                                   self.train_weights, c.subword_alpha, c.subword_nbest_size,
-                                  c.subword_sides)
+                                  c.subword_sides, c.source_token_dropout,
+                                  language_tags.TAG_PIECES if self.multilingual else 0)
 
   def dev_batches(self):
     """One pass over the dev set(s) in bucketed batches (for the dev loss), or None."""

@@ -5,7 +5,7 @@ import functools
 import tensorflow as tf
 
 from data_pipeline import bucketing
-from data_pipeline.token_ids import EOS_ID, PAD_ID, decoder_inputs
+from data_pipeline.token_ids import EOS_ID, PAD_ID, UNK_ID, decoder_inputs
 from data_pipeline.tokenizer import Vocabulary
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -108,10 +108,37 @@ def add_decoder_inputs(source_ids, target_ids):
   return source_ids, decoder_inputs(target_ids), target_ids
 
 
+def drop_source_tokens(rate: float, seed: int, kept_prefix: int = 0):
+  """Source token dropout: each source piece of a batch becomes UNK_ID with probability `rate`,
+  drawn anew for each batch (a word-dropout variant, as Marian's --dropout-src, on subword
+  pieces). EOS, padding and the first `kept_prefix` pieces of each row (a multilingual model's
+  target-language token) are kept; targets are unchanged.
+
+  The draws are stateless, seeded by tf.data's own random stream, so that a checkpointed
+  iterator resumes them where it stopped.
+
+  Returns:
+    A function Dataset -> Dataset of (source_ids [batch, L], target_ids [batch, L]) int32.
+  """
+  def drop(seeds, source_ids, target_ids):
+    kept = tf.random.stateless_uniform(tf.shape(source_ids), seed=seeds) >= rate
+    protected = ((source_ids == EOS_ID) | (source_ids == PAD_ID)
+                 | (tf.range(tf.shape(source_ids)[1]) < kept_prefix)[tf.newaxis, :])
+    return tf.where(kept | protected, source_ids, UNK_ID), target_ids
+
+  def apply(dataset):
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)
+    return tf.data.Dataset.zip(seeds, dataset).map(
+        lambda seeds, batch: drop(seeds, *batch), num_parallel_calls=AUTOTUNE)
+
+  return apply
+
+
 def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabulary,
                   max_length: int, batch_tokens: int, seed: int, weights=None,
                   subword_alpha: float = 0.0, subword_nbest_size: int = -1,
-                  subword_sides: str = "both") -> tf.data.Dataset:
+                  subword_sides: str = "both", source_token_dropout: float = 0.0,
+                  kept_source_prefix: int = 0) -> tf.data.Dataset:
   """Endless shuffled, bucketed training batches of one or more corpora.
 
   Args:
@@ -123,6 +150,7 @@ def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabu
     subword_alpha, subword_nbest_size, subword_sides: alpha > 0, each pair is segmented anew
       each time it is read, on those sides (Vocabulary.sampling); 0, by the one best
       segmentation.
+    source_token_dropout, kept_source_prefix: rate > 0, drop_source_tokens after batching.
 
   Returns:
     Dataset of (source_ids, target_input_ids, target_ids), each int32 [batch, L].
@@ -133,11 +161,12 @@ def train_batches(corpora: list[tuple[tf.data.Dataset, int]], vocabulary: Vocabu
       streams, weights=[float(weight) for weight in weights], seed=seed)
   if subword_alpha > 0:
     vocabulary = vocabulary.sampling(subword_alpha, subword_nbest_size, subword_sides)
-  return (mixed
-          .apply(tokenize_pairs(vocabulary, max_length))
-          .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens))
-          .map(add_decoder_inputs, num_parallel_calls=AUTOTUNE)
-          .prefetch(AUTOTUNE))
+  batches = (mixed
+             .apply(tokenize_pairs(vocabulary, max_length))
+             .apply(bucketing.bucket_by_length(max_length + 1, batch_tokens)))
+  if source_token_dropout > 0:
+    batches = batches.apply(drop_source_tokens(source_token_dropout, seed, kept_source_prefix))
+  return batches.map(add_decoder_inputs, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
 
 def eval_batches(pairs: tf.data.Dataset, vocabulary: Vocabulary, max_length: int,

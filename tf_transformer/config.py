@@ -40,6 +40,7 @@ REAL_DOMAINS = {
     "train_minutes": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
     "alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0"),
     "subword_alpha": (_finite_and(lambda value: 0.0 <= value <= 1.0), "in [0, 1] (0: off)"),
+    "source_token_dropout": (_in_unit_interval, "in [0, 1) (0: off)"),
     "sampling_topp": (_finite_and(lambda value: 0.0 < value <= 1.0), "in (0, 1]"),
     "sampling_temperature": (_finite_and(lambda value: value >= 0.0),
                              "a finite number >= 0 (0: the most probable token)"),
@@ -144,6 +145,8 @@ class DataConfig(_Checked):
   with probability subword_alpha instead); dev, test and translation stay deterministic.
   subword_sides: the sides sampled so ("both", "source" or "target"); the other side keeps its
   one best segmentation.
+  source_token_dropout > 0: each training source piece (not EOS, not a multilingual model's
+  language token) becomes <unk> with this probability, drawn anew each time it is read.
   """
   data_dir: str | None = None
   dataset: str = ""
@@ -165,6 +168,7 @@ class DataConfig(_Checked):
   subword_alpha: float = 0.0
   subword_nbest_size: int = -1
   subword_sides: str = "both"
+  source_token_dropout: float = 0.0
 
   def __post_init__(self):
     super().__post_init__()

@@ -78,6 +78,11 @@ _integer("subword_nbest_size", -1,
 _enum("subword_sides", "both",
       "With --subword_alpha: the sides whose segmentations are sampled; the other keeps its "
       "one best.")
+flags.DEFINE_float("source_token_dropout", 0.0,
+                   "Source token dropout: each source subword piece of a training batch "
+                   "becomes <unk> with this probability, drawn anew each time it is read "
+                   "(Marian's --dropout-src on pieces). 0: off; dev, test and translation "
+                   "never drop.")
 
 # ---------------------------------------------------------------- model
 _integer("num_layers", 6, "Encoder and decoder layers (each).")

@@ -1,6 +1,6 @@
 """A training run killed (SIGKILL) at five moments resumes from its newest complete checkpoint
 and ends with the weights of a run never killed, its two training corpora drawn from by weight
-(the mixture resumes where it was too)."""
+and its source pieces dropped (the mixture and the dropout's draws resume where they were too)."""
 
 import concurrent.futures
 
@@ -74,7 +74,7 @@ app.run(train.main)
 def _args(data_dir, model_dir):
   return ["--flagfile=flags/tiny.cfg", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
           "--src_lang=src", "--tgt_lang=tgt", "--train_prefix=train,extra",
-          "--train_weights=1,2", "--dev_prefix=train", "--eval_sentences=8",
+          "--train_weights=1,2", "--source_token_dropout=0.2", "--dev_prefix=train", "--eval_sentences=8",
           f"--train_steps={STEPS}", f"--save_every={EVERY}", f"--eval_every={EVERY}",
           "--deterministic"]
 
