@@ -8,6 +8,7 @@ written through tf.io.gfile, so a model directory may be on any TensorFlow file 
 import dataclasses
 import hashlib
 import os
+import re
 import tempfile
 import time
 from typing import Iterable
@@ -18,14 +19,19 @@ from absl import logging
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
 from common import files
+from common.errors import UserError
 from common.progress import ProgressBar
 from data_pipeline import language_tags
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
+class VocabularyError(UserError, ValueError):
+  """A subword model that cannot be trained with the flags given."""
+
+
 def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: int,
                         model_type: str = "unigram", input_sentence_size: int = 2_000_000,
-                        symbols: tuple[str, ...] = ()):
+                        symbols: tuple[str, ...] = (), byte_fallback: bool = False):
   """Trains a SentencePiece model on `sentences` and writes it to `model_path` atomically.
 
   Ids: 0 <pad>, 1 <unk>, 2 <s> (BOS), 3 </s> (EOS), then `symbols`. The vocabulary may come
@@ -33,8 +39,14 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
 
   Args:
     model_path: where the .model file goes, on any TensorFlow file system.
+    vocab_size: the pieces wanted; at least those SentencePiece keeps whole (every character
+      of 99.95% of the text's, the special pieces, `symbols` and with `byte_fallback` 256
+      bytes), else a VocabularyError says how many.
     symbols: pieces that the text "<symbol>" always segments into, whole (a multilingual
       model's target-language tokens).
+    byte_fallback: a character the model does not keep becomes its UTF-8 bytes, pieces
+      <0x00>..<0xFF>, instead of <unk> (tf-text's detokenizer joins them again, and writes
+      U+FFFD for a byte sequence that is not UTF-8).
   """
   import sentencepiece as spm  # training only; encoding happens in-graph with tf-text
 
@@ -43,13 +55,23 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
   # copied next to `model_path` under a temporary name renamed over it
   with tempfile.TemporaryDirectory() as tmp:
     prefix = os.path.join(tmp, "spm")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_prefix=prefix, vocab_size=vocab_size,
-        model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
-        character_coverage=0.9995, hard_vocab_limit=False, minloglevel=2,
-        user_defined_symbols=list(symbols),
-        num_threads=os.cpu_count() or 1)
+    try:
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=iter(sentences), model_prefix=prefix, vocab_size=vocab_size,
+          model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+          input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
+          character_coverage=0.9995, hard_vocab_limit=False, minloglevel=2,
+          user_defined_symbols=list(symbols), byte_fallback=byte_fallback,
+          num_threads=os.cpu_count() or 1)
+    except RuntimeError as e:
+      needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+      if not needed:
+        raise
+      raise VocabularyError(
+          f"--vocab_size={vocab_size} is too small for {model_path}: SentencePiece keeps "
+          f"{needed.group(1)} pieces whole (the text's characters, the special pieces"
+          f"{', the 256 bytes of --spm_byte_fallback' if byte_fallback else ''}); give "
+          f"--vocab_size={needed.group(1)} or more") from None
     with files.atomic_path(model_path) as temporary:
       tf.io.gfile.copy(prefix + ".model", temporary, overwrite=True)
 
@@ -153,8 +175,9 @@ def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
   """The task's subword model(s) in `model_dir`, trained on first use and reused after.
 
   Args:
-    config: a DataConfig (vocab_size, spm_model_type, shared_vocab, languages; several target
-      languages add their tokens, language_tags.tag, to the joint model).
+    config: a DataConfig (vocab_size, spm_model_type, spm_byte_fallback, shared_vocab,
+      languages; several target languages add their tokens, language_tags.tag, to the joint
+      model).
     sentences: fn(side) -> iterator of training sentences, side being "both" (one joint model),
       "source" or "target".
   """
@@ -168,15 +191,15 @@ def ensure_vocabulary(model_dir: str, config, sentences) -> Vocabulary:
     if tf.io.gfile.exists(model_path):
       logging.info("reusing subword model %s", model_path)
       continue
-    logging.info("training a %s SentencePiece model of %d pieces (%s)", c.spm_model_type,
-                 c.vocab_size, what[side])
+    logging.info("training a %s SentencePiece model of %d pieces (%s%s)", c.spm_model_type,
+                 c.vocab_size, what[side], ", byte fallback" if c.spm_byte_fallback else "")
     start = time.monotonic()
     progress = ProgressBar(None, unit="sentence", label="reading for SentencePiece",
                            delay_s=2.0)
     symbols = tuple(language_tags.tag(lang) for lang in c.tgt_langs) if len(
         c.tgt_langs) > 1 else ()
     train_sentencepiece(_counted(sentences(side), progress), model_path, c.vocab_size,
-                        c.spm_model_type, c.spm_input_sentences, symbols)
+                        c.spm_model_type, c.spm_input_sentences, symbols, c.spm_byte_fallback)
     logging.info("subword model %s trained in %.0f s", model_path, time.monotonic() - start)
   return load_vocabulary(source_path, target_path)
 

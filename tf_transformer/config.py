@@ -160,6 +160,7 @@ class DataConfig(_Checked):
   max_length: int = 100
   vocab_size: int = 8000
   spm_model_type: str = "unigram"
+  spm_byte_fallback: bool = False
   shared_vocab: bool = True
   spm_input_sentences: int = 2_000_000
   on_bad_line: str = "error"

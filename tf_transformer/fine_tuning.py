@@ -23,7 +23,7 @@ INIT_FILE = "init.json"
 ARCHITECTURE = ("num_layers", "d_model", "num_heads", "d_ff", "norm_position", "shared_vocab",
                 "position_encoding", "max_relative_position")
 # the data flags that made OLD's subword models
-VOCABULARY = ("vocab_size", "spm_model_type", "shared_vocab")
+VOCABULARY = ("vocab_size", "spm_model_type", "spm_byte_fallback", "shared_vocab")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,13 +68,19 @@ def _upgraded_config(recorded: dict) -> dict:
   return {**_ADDED_CONFIG_KEYS, **renamed}
 
 
+def _upgrade(path: str, upgraded):
+  """Rewrites the JSON record `path`, if there is one, as `upgraded` (fn(record) -> record)
+  brings a record of an earlier release up to date."""
+  if tf.io.gfile.exists(path):
+    recorded = read_json(path)
+    if upgraded(recorded) != recorded:
+      write_json(path, upgraded(recorded))
+
+
 def check_config(model_dir: str, model_config: ModelConfig):
   """Records the architecture at the first run; refuses a later run with another one."""
   path = os.path.join(model_dir, "config.json")
-  if tf.io.gfile.exists(path):
-    recorded = read_json(path)
-    if _upgraded_config(recorded) != recorded:
-      write_json(path, _upgraded_config(recorded))
+  _upgrade(path, _upgraded_config)
   check_recorded(path, dataclasses.asdict(model_config), "the architecture")
 
 
@@ -90,20 +96,32 @@ def check_optimizer(model_dir: str, train_config):
                  "--mixed_precision=mixed_float16 or not")
 
 
+# data.json keys added since, with the value every model recorded before had
+_ADDED_DATA_KEYS = {"spm_byte_fallback": False}
+
+
+def _upgraded_data(recorded: dict) -> dict:
+  return {**_ADDED_DATA_KEYS, **recorded}
+
+
 def check_data(model_dir: str, data_config):
   """Records what the subword models and the checkpoints depend on (languages, vocabulary
-  size and type, shared or not) before any is built; refuses a later run with others."""
+  size and type, byte fallback, shared or not) before any is built; refuses a later run with
+  others."""
   c = data_config
-  check_recorded(os.path.join(model_dir, "data.json"),
+  path = os.path.join(model_dir, "data.json")
+  _upgrade(path, _upgraded_data)
+  check_recorded(path,
                  {"src_lang": c.src_lang, "tgt_lang": c.tgt_lang, "vocab_size": c.vocab_size,
-                  "spm_model_type": c.spm_model_type, "shared_vocab": c.shared_vocab},
+                  "spm_model_type": c.spm_model_type, "spm_byte_fallback": c.spm_byte_fallback,
+                  "shared_vocab": c.shared_vocab},
                  "the vocabulary")
 
 
 def read_data(model_dir: str) -> dict:
   """data.json's record (src_lang, tgt_lang, vocabulary settings), or {} when there is none."""
   path = os.path.join(model_dir, "data.json")
-  return read_json(path) if tf.io.gfile.exists(path) else {}
+  return _upgraded_data(read_json(path)) if tf.io.gfile.exists(path) else {}
 
 
 def read_json(path: str) -> dict:

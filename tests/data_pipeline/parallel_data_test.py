@@ -8,6 +8,7 @@ import sentencepiece as spm
 
 from data_pipeline import corpora
 from data_pipeline.parallel_data import ParallelData
+from data_pipeline.token_ids import UNK_ID
 from tests import testutil
 from tf_transformer.config import DataConfig
 
@@ -65,6 +66,23 @@ def test_parallel_data_unshared(data_dir, tmp_path):
   assert data.vocabulary.source is not data.vocabulary.target
   assert data.dev_batches() is None and data.dev_pairs() == {}
   assert len(data.test_pairs()["de"]) == 20
+
+
+def test_byte_fallback_leaves_no_unknown_piece_in_the_batches(data_dir, tmp_path):
+  """--spm_byte_fallback reaches the subword models the pipeline trains: a character seen
+  once in training (under SentencePiece's 0.05% coverage cut) or never is <unk> without it,
+  its UTF-8 bytes with it, on both sides."""
+  rare = [("ein ☃ hier", "un 漢 là"), ("das Ý", "le $")]
+  testutil.write_pairs(data_dir, "train", testutil.sentence_pairs(150, seed=11) + rare[:1])
+  testutil.write_pairs(data_dir, "val", rare, gz=True)
+  unknown = {}
+  for byte_fallback in (False, True):
+    data = ParallelData(_config(data_dir, vocab_size=400, spm_byte_fallback=byte_fallback),
+                        str(tmp_path / f"model_{byte_fallback}"))
+    batches = list(data.dev_batches().as_numpy_iterator())
+    unknown[byte_fallback] = [int(any(UNK_ID in batch[side] for batch in batches))
+                              for side in (0, 2)]  # source, target
+  assert unknown == {False: [1, 1], True: [0, 0]}
 
 
 def test_parallel_data_mismatched_train(data_dir, tmp_path):

@@ -108,6 +108,44 @@ def test_unknown_character(model):
   assert tokenizer.UNK_ID in ids
 
 
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_byte_fallback_reads_and_writes_every_character(tmp_path, model_type):
+  """Characters the model keeps no piece for (☃, 漢, and "Ý", "$" rarer than 0.05% of the
+  text) become their UTF-8 bytes instead of <unk>: nothing is lost from tokenize to
+  detokenize, in-graph and with sampled segmentations too; without byte fallback they are
+  <unk>. A byte sequence that is not UTF-8 (a decoder may write one) becomes U+FFFD."""
+  rare = ["Ý $5 đội"] + _corpus(4000)
+  texts = ["đội Ý ghi bàn $5 ☃ 漢", "Tôi yêu tiếng Việt"]
+  unknown = {}
+  for byte_fallback in (False, True):
+    path = str(tmp_path / f"{byte_fallback}.model")
+    tokenizer.train_sentencepiece(rare, path, vocab_size=400, model_type=model_type,
+                                  byte_fallback=byte_fallback)
+    tok = tokenizer.load_tokenizer(path)
+    ids = tok.tokenize(texts)
+    unknown[byte_fallback] = tokenizer.UNK_ID in ids.flat_values.numpy()
+    if byte_fallback:
+      assert [t.decode() for t in tok.detokenize(ids).numpy()] == texts
+      sampling = tokenizer.load_tokenizer(path, alpha=0.1)
+      assert [t.decode() for t in tok.detokenize(sampling.tokenize(texts)).numpy()] == texts
+      first_byte = int(tok.string_to_id("<0xC3>"))  # "Ý" is C3 9D
+      assert tok.detokenize([[first_byte]]).numpy()[0].decode() == "\ufffd"
+  assert unknown == {False: True, True: False}
+
+
+def test_a_vocabulary_smaller_than_its_characters_is_a_one_line_error(tmp_path):
+  path = str(tmp_path / "spm.model")
+  with pytest.raises(tokenizer.VocabularyError) as error:
+    tokenizer.train_sentencepiece(_corpus(100), path, vocab_size=100, byte_fallback=True)
+  needed = int(str(error.value).split("give --vocab_size=")[1].split()[0])
+  assert str(error.value) == (
+      f"--vocab_size=100 is too small for {path}: SentencePiece keeps {needed} pieces whole "
+      "(the text's characters, the special pieces, the 256 bytes of --spm_byte_fallback); give "
+      f"--vocab_size={needed} or more")
+  assert not os.path.exists(path)
+  tokenizer.train_sentencepiece(_corpus(100), path, vocab_size=needed, byte_fallback=True)
+
+
 def test_a_tokenizer_outlives_tensorflows_kernel_cache_being_cleared(model):
   """tf.random.set_seed (and keras.utils.set_random_seed) clears the eager kernel cache, which
   holds tf-text's own SentencePiece resource: a tokenizer loaded before the seed must still

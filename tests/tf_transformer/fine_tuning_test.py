@@ -157,9 +157,10 @@ def test_fine_tuning_may_change_the_dropout_rates_and_skip_padding(tiny_old_mode
       "--noskip_padding")
   data_config = fine_tuning.check_flags(
       tiny_old_model, flag_values,
-      DataConfig(src_lang="src", tgt_lang="tgt", spm_model_type="bpe", shared_vocab=False))
-  assert (data_config.vocab_size, data_config.spm_model_type, data_config.shared_vocab) == (
-      64, "unigram", True)
+      DataConfig(src_lang="src", tgt_lang="tgt", spm_model_type="bpe", spm_byte_fallback=True,
+                 shared_vocab=False))
+  assert (data_config.vocab_size, data_config.spm_model_type, data_config.spm_byte_fallback,
+          data_config.shared_vocab) == (64, "unigram", False, True)
   assert fine_tuning.model_config(tiny_old_model, flag_values) == ModelConfig(
       64, 64, num_layers=2, d_model=64, num_heads=4, d_ff=128, dropout_rate=0.3,
       attention_dropout_rate=0.2, relu_dropout_rate=0.1, skip_padding=False)
@@ -171,7 +172,8 @@ def test_fine_tuning_may_change_the_dropout_rates_and_skip_padding(tiny_old_mode
     ("--norm_position=pre", "norm_position", "pre", "post"),
     ("--noshared_vocab", "shared_vocab", "False", "True"),
     ("--vocab_size=100", "vocab_size", "100", "64"),
-    ("--spm_model_type=bpe", "spm_model_type", "bpe", "unigram")])
+    ("--spm_model_type=bpe", "spm_model_type", "bpe", "unigram"),
+    ("--spm_byte_fallback", "spm_byte_fallback", "True", "False")])
 def test_every_architecture_and_vocabulary_flag_that_contradicts_init_from_is_refused(
     tiny_old_model, flag, name, given, old):
   """Each flag the fine-tuning section names is refused in one line naming it, its value and

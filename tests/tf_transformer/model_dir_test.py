@@ -53,7 +53,7 @@ def test_rerun_with_relative_positions_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("field", ["src_lang", "tgt_lang", "vocab_size", "spm_model_type",
-                                   "shared_vocab"])
+                                   "spm_byte_fallback", "shared_vocab"])
 def test_rerun_with_another_vocabulary_is_refused(tmp_path, field):
   model_dir_lib.check_data(str(tmp_path), DATA)
   model_dir_lib.check_data(str(tmp_path), dataclasses.replace(DATA, batch_tokens=99))
@@ -86,6 +86,19 @@ def test_a_config_of_an_earlier_release_still_loads_and_resumes(tmp_path):
   assert model_dir_lib.read_config(str(tmp_path)) == MODEL
   model_dir_lib.check_config(str(tmp_path), MODEL)  # a rerun with the same flags goes on
   assert json.loads((tmp_path / "config.json").read_text()) == dataclasses.asdict(MODEL)
+
+
+def test_data_of_an_earlier_release_had_no_byte_fallback(tmp_path):
+  """data.json written before --spm_byte_fallback: its subword models have none, so a rerun
+  without the flag goes on and one with it is refused."""
+  old = {"src_lang": "en", "tgt_lang": "de", "vocab_size": 100, "spm_model_type": "unigram",
+         "shared_vocab": True}
+  (tmp_path / "data.json").write_text(json.dumps(old))
+  assert model_dir_lib.read_data(str(tmp_path)) == {**old, "spm_byte_fallback": False}
+  model_dir_lib.check_data(str(tmp_path), DATA)
+  assert json.loads((tmp_path / "data.json").read_text()) == {**old, "spm_byte_fallback": False}
+  with pytest.raises(model_dir_lib.ModelDirError, match="created with spm_byte_fallback=False"):
+    model_dir_lib.check_data(str(tmp_path), dataclasses.replace(DATA, spm_byte_fallback=True))
 
 
 @pytest.mark.parametrize("content", ["{", "[1, 2]", '{"d_model": 32, "colour": "red"}'])

@@ -57,6 +57,10 @@ _integer("max_length", 100,
          "scoring cut their inputs (and target prefixes) to this many.")
 _integer("vocab_size", 8000, "SentencePiece vocabulary size (per model).")
 _enum("spm_model_type", "unigram", "SentencePiece algorithm.")
+flags.DEFINE_bool("spm_byte_fallback", False,
+                  "SentencePiece byte fallback: a character outside the vocabulary becomes "
+                  "its UTF-8 bytes (256 of the vocabulary's pieces) instead of <unk>, so that "
+                  "rare characters are read and written instead of shown as \u2047.")
 flags.DEFINE_bool("shared_vocab", True,
                   "One joint vocabulary and one embedding matrix for source, target and "
                   "softmax; false: separate vocabularies, the target matrix still ties the "
