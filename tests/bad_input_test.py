@@ -289,6 +289,11 @@ ROWS = {
         ("tf_transformer.bin.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
          "--src={d}/train.src", "--ref={d}/nope.tgt"),
         message="error: {d}/nope.tgt: no such file"),
+    "a vocabulary smaller than its characters": train(
+        "--spm_byte_fallback",  # tiny.cfg's 64 pieces: fewer than the 256 bytes alone
+        message="error: --vocab_size=64 is too small for {d}/model/spm.joint.model: "
+                "SentencePiece keeps 272 pieces whole (the text's characters, the special "
+                "pieces, the 256 bytes of --spm_byte_fallback); give --vocab_size=272 or more"),
 }
 
 

@@ -107,9 +107,14 @@ def _upgraded_data(recorded: dict) -> dict:
 def check_data(model_dir: str, data_config):
   """Records what the subword models and the checkpoints depend on (languages, vocabulary
   size and type, byte fallback, shared or not) before any is built; refuses a later run with
-  others."""
+  others once a subword model is there."""
   c = data_config
   path = os.path.join(model_dir, "data.json")
+  if not tf.io.gfile.glob(os.path.join(model_dir, "spm.*.model")):
+    # the run that recorded it stopped before its subword models (a flag it was refused for,
+    # such as too small a --vocab_size): nothing depends on the record yet
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
   _upgrade(path, _upgraded_data)
   check_recorded(path,
                  {"src_lang": c.src_lang, "tgt_lang": c.tgt_lang, "vocab_size": c.vocab_size,

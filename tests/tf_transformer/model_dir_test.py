@@ -56,6 +56,7 @@ def test_rerun_with_relative_positions_is_refused(tmp_path):
                                    "spm_byte_fallback", "shared_vocab"])
 def test_rerun_with_another_vocabulary_is_refused(tmp_path, field):
   model_dir_lib.check_data(str(tmp_path), DATA)
+  (tmp_path / "spm.joint.model").write_bytes(b"trained by the first run")
   model_dir_lib.check_data(str(tmp_path), dataclasses.replace(DATA, batch_tokens=99))
   old = getattr(DATA, field)
   new = dataclasses.replace(DATA, **{field: _changed(old)})
@@ -67,8 +68,21 @@ def test_rerun_with_another_vocabulary_is_refused(tmp_path, field):
       "--model_dir")
 
 
+def test_a_record_no_subword_model_was_built_on_yields_to_the_flags(tmp_path):
+  """A run refused before its subword models (too small a --vocab_size, say) leaves its
+  data.json: the rerun with the flag mended goes on, and is then held to its own record."""
+  model_dir_lib.check_data(str(tmp_path), DATA)
+  mended = dataclasses.replace(DATA, vocab_size=300)
+  model_dir_lib.check_data(str(tmp_path), mended)
+  assert model_dir_lib.read_data(str(tmp_path))["vocab_size"] == 300
+  (tmp_path / "spm.joint.model").write_bytes(b"trained by the mended run")
+  with pytest.raises(model_dir_lib.ModelDirError, match="created with vocab_size=300"):
+    model_dir_lib.check_data(str(tmp_path), DATA)
+
+
 def test_every_differing_field_is_named(tmp_path):
   model_dir_lib.check_data(str(tmp_path), DATA)
+  (tmp_path / "spm.en.model").write_bytes(b"trained by the first run")
   swapped = dataclasses.replace(DATA, src_lang="de", tgt_lang="en")
   with pytest.raises(model_dir_lib.ModelDirError,
                      match=r"created with src_lang='en', tgt_lang='de'; the flags now give "
@@ -94,6 +108,7 @@ def test_data_of_an_earlier_release_had_no_byte_fallback(tmp_path):
   old = {"src_lang": "en", "tgt_lang": "de", "vocab_size": 100, "spm_model_type": "unigram",
          "shared_vocab": True}
   (tmp_path / "data.json").write_text(json.dumps(old))
+  (tmp_path / "spm.joint.model").write_bytes(b"trained by the first run")
   assert model_dir_lib.read_data(str(tmp_path)) == {**old, "spm_byte_fallback": False}
   model_dir_lib.check_data(str(tmp_path), DATA)
   assert json.loads((tmp_path / "data.json").read_text()) == {**old, "spm_byte_fallback": False}
