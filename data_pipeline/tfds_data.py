@@ -120,8 +120,7 @@ class TfdsData:
       streams.append((self._pairs(split, seed + index), min(c.shuffle_buffer, size)))
     return pipeline.train_batches(streams, self.vocabulary, c.max_length, c.batch_tokens, seed,
                                   self.train_weights, c.subword_alpha, c.subword_nbest_size,
-                                  c.subword_sides, c.source_token_dropout,
-                                  0)
+                                  c.subword_sides, c.source_token_dropout)
 
   def dev_batches(self):
     if DEV not in self.splits:
