@@ -139,6 +139,8 @@ class DataConfig(_Checked):
   (Johnson et al. 2017) whose sources carry a target-language token (language_tags.py), with
   one SentencePiece model over every language and each language's corpora
   {prefix}.{src_lang} / {prefix}.{lang} for each prefix.
+  spm_byte_fallback: the SentencePiece models write a character they keep no piece for as its
+  UTF-8 bytes (256 pieces of the vocabulary) instead of <unk>.
   subword_alpha > 0: subword regularization (Kudo 2018), each training sentence segmented anew
   each time it is read, sampled by SentencePiece from its subword_nbest_size best segmentations
   (-1: from all of them) with probabilities sharpened by subword_alpha (a BPE model drops merges
