@@ -69,8 +69,9 @@ def run_once() -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from tf_transformer import runtime, trainer
-  from tf_transformer.train_step import make_train_step
+  from tf_transformer import runtime
+  from tf_transformer.training import trainer
+  from tf_transformer.training.train_step import make_train_step
 
   train_config = config.TrainConfig(model_dir="", seed=FLAGS.seed,
                                     label_smoothing=FLAGS.label_smoothing,

@@ -6,7 +6,7 @@ both occur, c(s) and c(t) the number in which each occurs (a piece counts once p
 A pair is scored by the Dice coefficient 2 c(s, t) / (c(s) + c(t)), and each source piece keeps
 its `per_source` best target pieces. An export's search writes only the pieces that its
 sources' lists name, the end of sentence and the most frequent target pieces
-(tf_transformer/shortlist.py).
+(tf_transformer/decoding/shortlist.py).
 
 The counting is numpy over int64 keys s * V + t, a block of pairs at a time; only the first
 MAX_PAIRS pairs of the training data are read, which bounds its time and memory.

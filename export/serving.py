@@ -207,11 +207,11 @@ def export(model_dir, src_lang: str, tgt_lang: str, export_dir: str, decode_conf
 
   With `shortlist_size` (>= 2 and below the target vocabulary's size; 0: none) every search
   writes only that many target pieces for each sentence, its own whatever its batch
-  (tf_transformer/shortlist.py), chosen with the lexicon of `shortlist_per_source` target
+  (tf_transformer/decoding/shortlist.py), chosen with the lexicon of `shortlist_per_source` target
   pieces per source piece that is counted here over the training data of DataConfig
   `data_config` (data_pipeline/lexical_shortlist.py).
 
-  A list of model directories is exported as their ensemble (ensemble.py), with
+  A list of model directories is exported as their ensemble (decoding/ensemble.py), with
   `ensemble_weights` (one each; default: equal): the SavedModel holds every member's weights
   and runs one search over them; its version is the next free number.
 

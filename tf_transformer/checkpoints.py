@@ -12,7 +12,7 @@ from absl import logging
 
 from common.files import TEMPORARY_MARK
 from data_pipeline import tokenizer
-from tf_transformer import ensemble
+from tf_transformer.decoding import ensemble
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.model import build_model
 from tf_transformer.model_dir import ModelDirError

@@ -16,7 +16,7 @@ from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
 from tf_transformer.config import DecodeConfig, target_languages
 from tf_transformer.length_batching import align_texts, count_words, score_texts, translate_texts
-from tf_transformer.lexical_constraints import ConstraintError
+from tf_transformer.decoding.lexical_constraints import ConstraintError
 from tf_transformer.model_dir import ModelDirError
 from tf_transformer.translator import Translator
 
@@ -315,7 +315,7 @@ def load(path, *, checkpoint: str | None = None, src_lang: str | None = None,
 
   Args:
     path: a model directory (what train writes), an exported SavedModel version folder
-      (one holding saved_model.pb), or a list of model directories: an ensemble (ensemble.py),
+      (one holding saved_model.pb), or a list of model directories: an ensemble (decoding/ensemble.py),
       their log-probabilities averaged with `weights` (one each; default: equal) at each step
       of one search.
     checkpoint: a model directory's weights: final (default: the run's choice by dev), best,

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from tf_transformer.lexical_constraints import ConstraintError
+from tf_transformer.decoding.lexical_constraints import ConstraintError
 
 
 def count_words(texts: list[str], side: str = "source") -> list[int]:

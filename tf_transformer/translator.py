@@ -16,10 +16,10 @@ import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID, UNK_ID
 from tf_transformer import decoding
-from tf_transformer import ensemble
-from tf_transformer import lexical_constraints
-from tf_transformer import shortlist as shortlist_lib
-from tf_transformer import strategies
+from tf_transformer.decoding import ensemble
+from tf_transformer.decoding import lexical_constraints
+from tf_transformer.decoding import shortlist as shortlist_lib
+from tf_transformer.decoding import strategies
 from tf_transformer.config import BatchingConfig, DecodeConfig
 from tf_transformer.layers import precisions
 
@@ -264,7 +264,7 @@ class Translator(tf.Module):
     if prefix_ids is None:
       # a prefix that forces nothing: the searches with and without a prefix are then one XLA
       # program at each shape (compiled programs are what an export's load time and its
-      # memory mappings grow with), at the cost of a test per step (beam_search.force_prefix)
+      # memory mappings grow with), at the cost of a test per step (search_ops.force_prefix)
       prefix_ids = tf.zeros([batch, 0], tf.int32)
     # shape buckets: the batch padded to a power of two with copies of its first sentence
     # (they end when it does, so the loop runs no longer), the widths to multiples of 16 (a

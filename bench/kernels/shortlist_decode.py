@@ -23,7 +23,8 @@ def main(argv):
   import tensorflow as tf
 
   from data_pipeline.token_ids import BOS_ID, EOS_ID
-  from tf_transformer import beam_search, decoding
+  from tf_transformer.decoding import beam_search
+  from tf_transformer import decoding
   from tf_transformer.config import DecodeConfig, ModelConfig
   from tf_transformer.model import build_model
 

@@ -72,7 +72,7 @@ def main(argv):
   import tf_transformer
   from data_pipeline import tokenizer
   from data_pipeline.token_ids import UNK_ID
-  from tf_transformer import metrics
+  from tf_transformer.training import metrics
   from tf_transformer import model_dir as model_dir_lib
 
   sources, references = _lines(FLAGS.src), _lines(FLAGS.ref)

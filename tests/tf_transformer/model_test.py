@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import losses
+from tf_transformer.training import losses
 from tf_transformer.model import Transformer
 
 VOCAB = 50

@@ -65,7 +65,7 @@ def test_each_language_is_learned_and_scored_on_its_own(multilingual_model):
   final = json.loads((model_dir / "final.json").read_text())
   chosen = results[f"dev_bleu_{final['choice']}"]
   assert 0 < chosen <= 100
-  from tests.tf_transformer.trainer_test import summaries
+  from tests.tf_transformer.training.trainer_test import summaries
   logged = summaries(model_dir / "eval")
   for step in (200, 400, 600):
     at = {name: dict(values)[step] for name, values in logged.items()

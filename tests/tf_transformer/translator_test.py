@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from data_pipeline import lexical_shortlist
 from data_pipeline.token_ids import EOS_ID, PAD_ID
-from tf_transformer import checkpoints, decoding, shortlist
+from tf_transformer import checkpoints, decoding
+from tf_transformer.decoding import shortlist
 from tf_transformer.config import DataConfig, DecodeConfig
 from tf_transformer.translator import Translator
 

@@ -24,7 +24,7 @@ def main(argv):
   from common import files
   from common.progress import ProgressBar
   from data_pipeline.corpora import read_parallel, scan_parallel
-  from tf_transformer import metrics
+  from tf_transformer.training import metrics
   from tf_transformer.inference import load_inference
 
   decode_config = shared_flags.decode_config_from_flags()

@@ -3,7 +3,7 @@
 Trains (or resumes) a model in --model_dir, keeps its best checkpoint by dev BLEU and scores it
 on --test_prefix; Ctrl-C saves a checkpoint and exits. With --init_from=OLD (a model directory;
 --checkpoint picks its weights) a new run starts from OLD's weights, architecture and subword
-model(s): fine-tuning (tf_transformer/fine_tuning.py). `--helpfull` lists every flag.
+model(s): fine-tuning (tf_transformer/training/fine_tuning.py). `--helpfull` lists every flag.
 """
 
 import json
@@ -26,7 +26,8 @@ def main(argv):
   cli.start(argv)
   from data_pipeline.parallel_data import open_data
   from data_pipeline.tokenizer import wait_for_vocabulary
-  from tf_transformer import fine_tuning, model_dir, runtime, trainer
+  from tf_transformer.training import fine_tuning, trainer
+  from tf_transformer import model_dir, runtime
 
   try:
     data_config = shared_flags.data_config_from_flags()

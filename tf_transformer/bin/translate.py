@@ -152,7 +152,7 @@ def _read_aligned(name: str, count: int) -> list[str]:
 @contextlib.contextmanager
 def _naming_constraint_lines():
   """A ConstraintError as a FlagError naming --constraints' file and line."""
-  from tf_transformer.lexical_constraints import ConstraintError
+  from tf_transformer.decoding.lexical_constraints import ConstraintError
   try:
     yield
   except ConstraintError as e:

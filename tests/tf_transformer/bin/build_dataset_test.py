@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from tests import testutil
-from tests.tf_transformer.trainer_test import summaries
+from tests.tf_transformer.training.trainer_test import summaries
 
 
 def write_split(folder, name, lines, offset=0):

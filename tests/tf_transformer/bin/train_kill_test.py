@@ -17,7 +17,7 @@ _KILLED_RUN = """
 import os, signal, sys
 import tensorflow as tf
 from absl import app
-from tf_transformer import evaluator, trainer
+from tf_transformer.training import evaluator, trainer
 from tf_transformer.bin import train
 
 moment = sys.argv.pop(1)

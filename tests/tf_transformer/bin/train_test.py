@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from data_pipeline import bucketing
 from tests import testutil
-from tests.tf_transformer.trainer_test import summaries
+from tests.tf_transformer.training.trainer_test import summaries
 
 from tf_transformer import checkpoints
 
@@ -65,7 +65,7 @@ _INTERRUPTED_RUN = """
 import os, signal, sys
 import tensorflow as tf
 from absl import app
-from tf_transformer import trainer
+from tf_transformer.training import trainer
 from tf_transformer.bin import train
 
 sent = []
@@ -259,7 +259,7 @@ def test_jit_compile_needs_padded_rows(tmp_path):
 _PRECISION_PROBE = """
 import sys
 from absl import app
-from tf_transformer import trainer
+from tf_transformer.training import trainer
 from tf_transformer.bin import train
 
 create = trainer.create_model

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import checkpoints, final_weights, metrics
+from tf_transformer import checkpoints
+from tf_transformer.training import final_weights, metrics
 from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DecodeConfig

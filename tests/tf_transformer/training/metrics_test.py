@@ -5,7 +5,7 @@ import logging
 import pytest
 import sacrebleu
 
-from tf_transformer import metrics
+from tf_transformer.training import metrics
 
 _TOKENIZED = [f"câu thứ {i} ." for i in range(150)]  # IWSLT'15 / JaViCorpus style
 

@@ -1,11 +1,11 @@
-"""Tests of tf_transformer/schedule.py."""
+"""Tests of tf_transformer/training/schedule.py."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.schedule import NoamSchedule
+from tf_transformer.training.schedule import NoamSchedule
 
 
 def _noam(iteration, d_model, warmup, learning_rate=1.0):

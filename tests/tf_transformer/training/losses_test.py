@@ -1,11 +1,11 @@
-"""Tests of tf_transformer/losses.py against float64 numpy hand computations."""
+"""Tests of tf_transformer/training/losses.py against float64 numpy hand computations."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import losses
+from tf_transformer.training import losses
 
 LOGITS = np.array([[2.0, -1.0, 0.5, 0.0],
                    [0.3, 0.1, -2.0, 1.7]], np.float64)

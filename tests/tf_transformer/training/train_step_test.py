@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from data_pipeline.pipeline import add_decoder_inputs
 from tests import testutil
-from tf_transformer import losses, train_step
-from tf_transformer.optimizer import make_optimizer
-from tf_transformer.train_step import make_train_step
+from tf_transformer.training import losses, train_step
+from tf_transformer.training.optimizer import make_optimizer
+from tf_transformer.training.train_step import make_train_step
 from tf_transformer.config import ModelConfig, TrainConfig
 from tf_transformer.model import Transformer
 
@@ -150,9 +150,9 @@ _MIRRORED = """
 import json, sys
 import numpy as np, keras, tensorflow as tf
 from tf_transformer.config import ModelConfig, TrainConfig
-from tf_transformer.optimizer import make_optimizer
+from tf_transformer.training.optimizer import make_optimizer
 from tf_transformer.runtime import set_up_runtime
-from tf_transformer.train_step import make_train_step
+from tf_transformer.training.train_step import make_train_step
 from tf_transformer.model import Transformer
 
 MODEL = ModelConfig(**json.loads(sys.argv[1]))

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from data_pipeline.token_ids import PAD_ID
-from tf_transformer import losses
+from tf_transformer.training import losses
 from tf_transformer.runtime import worker_info
 
 

@@ -15,11 +15,12 @@ from absl import logging
 
 from common.errors import UserError
 from common.progress import ProgressBar
-from tf_transformer import checkpoints, final_weights, fine_tuning, model_dir, runtime
-from tf_transformer.evaluator import Evaluator
+from tf_transformer import checkpoints, model_dir, runtime
+from tf_transformer.training import final_weights, fine_tuning
+from tf_transformer.training.evaluator import Evaluator
 from tf_transformer.model import build_model
-from tf_transformer.optimizer import make_optimizer
-from tf_transformer.train_step import all_finite, make_train_step
+from tf_transformer.training.optimizer import make_optimizer
+from tf_transformer.training.train_step import all_finite, make_train_step
 
 _LOG_EVERY = 50  # steps between progress-bar/TensorBoard updates of the training statistics
 

@@ -5,7 +5,7 @@ import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from tf_transformer import losses
+from tf_transformer.training import losses
 
 
 _warned_tokenized = False  # once a process: a run evaluates every few hundred steps

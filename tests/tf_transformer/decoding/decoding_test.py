@@ -8,8 +8,9 @@ import tensorflow as tf
 from data_pipeline.lexical_shortlist import frequency_order
 from data_pipeline.token_ids import BOS_ID, EOS_ID
 from tests import testutil
-from tf_transformer import decoding, shortlist
-from tf_transformer.beam_search import length_penalty
+from tf_transformer import decoding
+from tf_transformer.decoding import shortlist
+from tf_transformer.decoding.search_ops import length_penalty
 from tf_transformer.config import DecodeConfig
 from tf_transformer.model import Transformer
 

@@ -2,7 +2,7 @@
 
 import keras
 
-from tf_transformer.schedule import NoamSchedule
+from tf_transformer.training.schedule import NoamSchedule
 
 
 class _SummedGradientAdam(keras.optimizers.Adam):

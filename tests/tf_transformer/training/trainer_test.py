@@ -8,7 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import checkpoints, runtime, trainer
+from tf_transformer import checkpoints, runtime
+from tf_transformer.training import trainer
 from tf_transformer.bin import shared_flags
 
 WORDS = [chr(ord("a") + i) * 2 for i in range(20)]  # "aa" .. "tt": one subword piece each
@@ -296,7 +297,7 @@ class _ScriptedEvaluator:
   def __init__(self, model, bleu_by_weight: dict):
     import types
 
-    from tests.tf_transformer.final_weights_test import weight_value
+    from tests.tf_transformer.training.final_weights_test import weight_value
     self.weight = lambda: weight_value(model)
     self.bleu_by_weight = bleu_by_weight
     self.best_bleu = tf.Variable(10.0)
@@ -320,7 +321,7 @@ def test_only_the_chief_chooses_the_final_weights(tiny_model_dir, tmp_path):
   import json
   import types
 
-  from tests.tf_transformer.final_weights_test import constant_checkpoints, weight_value
+  from tests.tf_transformer.training.final_weights_test import constant_checkpoints, weight_value
   from tf_transformer import model_dir as model_dir_lib
   from tf_transformer.config import TrainConfig
   from tf_transformer.model import build_model

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer.beam_search import top_k_rows, beam_search, length_penalty
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.search_ops import length_penalty, top_k_rows
 
 EOS, START, VOCAB, MAX_LENGTH = 1, 2, 5, 4
 TABLE = np.random.default_rng(0).normal(size=(MAX_LENGTH, VOCAB, VOCAB, VOCAB)).astype("float32")

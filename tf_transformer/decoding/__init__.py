@@ -4,11 +4,9 @@ forced decoding (`score`) and the attention behind an output."""
 import tensorflow as tf
 
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, decoder_inputs
-from tf_transformer import beam_search
-from tf_transformer import ensemble
-from tf_transformer import shortlist as shortlist_lib
-from tf_transformer import strategies
 from tf_transformer.config import DecodeConfig
+from tf_transformer.decoding import ensemble, search_ops, strategies
+from tf_transformer.decoding import shortlist as shortlist_lib
 from tf_transformer.layers.attention_bias import large_negative
 
 
@@ -34,7 +32,7 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
       translation, forced (a row of PAD_IDs: none). A sentence with a prefix gets at most
       max(source length, prefix length) + extra tokens.
     shortlist: optional int32 [batch, n], each sentence's distinct target ids
-      (tf_transformer.shortlist.select; EOS among them, and every id of its prefix): the only
+      (tf_transformer.decoding.shortlist.select; EOS among them, and every id of its prefix): the only
       tokens its search may write. Each step computes the logits of a sentence's n ids alone
       (its columns of the output projection are gathered once), and its log-probabilities are
       normalised over them.
@@ -187,4 +185,4 @@ def score(model, source_ids, target_ids, alpha: float = 0.0):
   token_log_probs = _weighted_mean(model, token_log_probs_of)
   total = tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)
   lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
-  return total / beam_search.length_penalty(lengths, alpha)
+  return total / search_ops.length_penalty(lengths, alpha)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer import lexical_constraints, sampling, strategies
+from tf_transformer.decoding import lexical_constraints, sampling, strategies
 
 EOS = 1
 LOGITS = np.array([2.0, -0.5, 1.0, 0.5, 0.0, -1.0, 1.5, -2.0])  # one step's, V = 8

@@ -8,8 +8,8 @@ thing: int32 ids [B, N, L] (N hypotheses per row, best first, EOS then 0s) and f
 
 import dataclasses
 
-from tf_transformer import beam_search
-from tf_transformer import sampling
+from tf_transformer.decoding import beam_search
+from tf_transformer.decoding import sampling
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer import checkpoints, fine_tuning, trainer
+from tf_transformer import checkpoints
+from tf_transformer.training import fine_tuning, trainer
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DataConfig, FlagError, ModelConfig, TrainConfig
 

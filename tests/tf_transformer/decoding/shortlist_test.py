@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from data_pipeline.lexical_shortlist import frequency_order
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID
-from tf_transformer import shortlist
+from tf_transformer.decoding import shortlist
 
 TARGET_VOCAB = 12
 

@@ -1,10 +1,10 @@
-"""Tests of tf_transformer/optimizer.py: the paper's Adam on the Noam schedule."""
+"""Tests of tf_transformer/training/optimizer.py: the paper's Adam on the Noam schedule."""
 
 import keras
 import numpy as np
 
 from tf_transformer.config import ModelConfig, TrainConfig
-from tf_transformer.optimizer import make_optimizer
+from tf_transformer.training.optimizer import make_optimizer
 
 MODEL = ModelConfig(source_vocab_size=10, target_vocab_size=10, d_model=64)
 

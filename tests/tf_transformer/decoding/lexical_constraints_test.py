@@ -9,10 +9,11 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tests.tf_transformer.beam_search_test import (EOS, START, MAX_LENGTH, finished_sequences,
+from tests.tf_transformer.decoding.beam_search_test import (EOS, START, MAX_LENGTH, finished_sequences,
                                                    sequence_log_prob, toy_logits)
-from tf_transformer import lexical_constraints as lc
-from tf_transformer.beam_search import NEG_INF, beam_search, length_penalty
+from tf_transformer.decoding import lexical_constraints as lc
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.search_ops import NEG_INF, length_penalty
 
 
 def ragged(phrases):

@@ -14,7 +14,7 @@ Sizes: B rows, V vocabulary, L the width of the output ids.
 
 import tensorflow as tf
 
-from tf_transformer.beam_search import NEG_INF, force_prefix, length_penalty, top_k_rows
+from tf_transformer.decoding.search_ops import NEG_INF, force_prefix, length_penalty, top_k_rows
 
 _MASK32 = 0xFFFFFFFF
 

@@ -1,4 +1,4 @@
-"""Tests of tf_transformer/evaluator.py: best checkpoint by dev BLEU, early stopping, test score."""
+"""Tests of tf_transformer/training/evaluator.py: best checkpoint by dev BLEU, early stopping, test score."""
 
 import os
 import types
@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tf_transformer import checkpoints
 from tf_transformer.config import DecodeConfig, TrainConfig
-from tf_transformer.evaluator import Evaluator
+from tf_transformer.training.evaluator import Evaluator
 
 
 def _evaluator(tiny_model_dir, tmp_path, test_pairs=(), **train_flags):

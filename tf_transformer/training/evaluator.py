@@ -11,9 +11,10 @@ from absl import logging
 
 from common import files
 from common.progress import ProgressBar
-from tf_transformer import attention_plot, checkpoints, metrics
+from tf_transformer.training import attention_plot, metrics
+from tf_transformer import checkpoints
 from tf_transformer.length_batching import translate_texts
-from tf_transformer.train_step import all_finite
+from tf_transformer.training.train_step import all_finite
 from tf_transformer.translator import Translator
 
 _SAMPLES = 4  # dev translations shown in TensorBoard at each evaluation

@@ -12,9 +12,9 @@ import tensorflow as tf
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID
 from tests import testutil
 from tf_transformer import decoding
-from tf_transformer.beam_search import length_penalty
+from tf_transformer.decoding.search_ops import length_penalty
 from tf_transformer.config import DecodeConfig
-from tf_transformer.ensemble import Ensemble
+from tf_transformer.decoding.ensemble import Ensemble
 from tf_transformer.model import Transformer
 
 SOURCES = tf.constant([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, 0, 0], [11, EOS_ID, 0, 0, 0]])
