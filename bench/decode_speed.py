@@ -140,7 +140,7 @@ def main(argv):
   from tf_transformer.model import build_model
   from tf_transformer.config import DecodeConfig
   from tf_transformer.decoding.ensemble import Ensemble
-  from tf_transformer.translator import Translator
+  from tf_transformer.serving.translator import Translator
 
   strategy = runtime.set_up_runtime(config.TrainConfig(model_dir="", seed=FLAGS.seed))
   del strategy

@@ -91,22 +91,23 @@ def _export(batching, random_model=None) -> str:
   """--model_dir (or `random_model`, a (model, vocabulary) pair) exported as
   tf_transformer.bin.export_saved_model does it, with in-graph `batching` (a BatchingConfig or
   None), to a fresh folder under --workdir; returns the version folder."""
-  from export import serving
+  from export import saved_model
+  from tf_transformer.serving import export_format
 
   export_dir = os.path.join(FLAGS.workdir, "soak_export" + ("_batching" if batching else ""))
   shutil.rmtree(export_dir, ignore_errors=True)
   search = shared_flags.decode_config_from_flags()
   if random_model:
-    from tf_transformer.translator import Translator
+    from tf_transformer.serving.translator import Translator
 
     module = Translator(random_model[0], random_model[1], search, precision=FLAGS.precision,
                         batching=batching)
-    return serving.save_version(module, module.signatures(), export_dir, 1, {},
-                                module.batching.value)
+    return export_format.save_version(module, module.signatures(), export_dir, 1, {},
+                                      module.batching.value)
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
-  return serving.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, export_dir, search,
-                        FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
-                        FLAGS.shortlist_per_source, data_config, batching=batching)
+  return saved_model.export(FLAGS.model_dir, export_dir, saved_model.Options(
+      FLAGS.src_lang, FLAGS.tgt_lang, search, FLAGS.checkpoint, FLAGS.precision,
+      FLAGS.shortlist_size, FLAGS.shortlist_per_source, data_config, batching=batching))
 
 
 def _ct2_translate_fns(clients: int, random_model=None):
@@ -207,7 +208,7 @@ def _saved_model_fns(tf, random_model, sentences, loads: list) -> dict:
   --also_unbatched the plain one too), loaded, warmed up as a server would be and on a spread
   of the lengths of `sentences`. Appends to `loads` what each load cost: the export's warm-up
   requests, and the seconds and memory mappings their replay took."""
-  from tf_transformer import inference
+  from tf_transformer.serving import warmup
 
   batching = export_saved_model.batching_config_from_flags()
   exports = [batching] + ([None] if batching and FLAGS.also_unbatched else [])
@@ -219,11 +220,11 @@ def _saved_model_fns(tf, random_model, sentences, loads: list) -> dict:
     loaded = tf.saved_model.load(folder)
     serve = loaded.signatures["serving_default"]
     if setting:  # as TF Serving at load: each merged batch size compiles
-      start, mappings = time.perf_counter(), inference.memory_mappings()
-      warmups = inference.replay_warmup_requests(folder, loaded)
+      start, mappings = time.perf_counter(), warmup.memory_mappings()
+      warmups = warmup.replay_warmup_requests(folder, loaded)
       loads.append({"export": folder, "warmup_requests": warmups,
                     "warmup_seconds": round(time.perf_counter() - start, 1),
-                    "memory_mappings_added": inference.memory_mappings() - mappings})
+                    "memory_mappings_added": warmup.memory_mappings() - mappings})
       print(f"{folder}: {warmups} warm-up requests replayed in "
             f"{loads[-1]['warmup_seconds']:.0f} s, "
             f"{loads[-1]['memory_mappings_added']:,} memory mappings added", flush=True)

@@ -70,7 +70,7 @@ def run_once() -> dict:
   import tensorflow as tf
 
   from tf_transformer import runtime
-  from tf_transformer.training import trainer
+  from tf_transformer.training import run
   from tf_transformer.training.train_step import make_train_step
 
   train_config = config.TrainConfig(model_dir="", seed=FLAGS.seed,
@@ -98,7 +98,7 @@ def run_once() -> dict:
   timed = batches[FLAGS.warmup:]
 
   model_config = shared_flags.model_config_from_flags(FLAGS.vocab_size, FLAGS.vocab_size)
-  model, optimizer = trainer.create_model(model_config, train_config, strategy)
+  model, optimizer = run.create_model(model_config, train_config, strategy)
   dataset = tf.data.Dataset.from_generator(
       lambda: iter(warm_up + timed), output_signature=(tf.TensorSpec([None, None], tf.int32),) * 3)
   iterator = iter(dataset)

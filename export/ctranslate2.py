@@ -2,12 +2,14 @@
 with the SentencePiece model(s) beside it; the tool is tf_transformer/bin/export_ctranslate2.py.
 """
 
+import dataclasses
 import os
 import shutil
 
 import tensorflow as tf
 
 from common import files
+from export import register_exporter
 from export.ct2_spec import transformer_spec
 from tf_transformer.checkpoints import load_for_inference
 
@@ -18,16 +20,27 @@ def _pieces(tokenizer) -> list[str]:
   return [piece.decode("utf-8") for piece in tokenizer.id_to_string(ids).numpy()]
 
 
-def export(model_dir: str, src_lang: str, tgt_lang: str, output_dir: str,
-           quantization: str = "float32", checkpoint: str = "final") -> str:
-  """Converts the model of `model_dir`, at `checkpoint` (see checkpoints.choose_checkpoint), into
-  the CTranslate2 folder `output_dir` (replaced if it exists); returns `output_dir`.
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """src_lang, tgt_lang: the languages whose subword models the model directory reads;
+  quantization: CTranslate2's weight type; checkpoint: checkpoints.choose_checkpoint's."""
+  src_lang: str
+  tgt_lang: str
+  quantization: str = "float32"
+  checkpoint: str = "final"
+
+
+@register_exporter("ctranslate2")
+def export(model_dir: str, output_dir: str, options: Options) -> str:
+  """Converts the model of `model_dir`, at `options.checkpoint`, into the CTranslate2 folder
+  `output_dir` (replaced if it exists); returns `output_dir`.
 
   Raises:
     ModelDirError: the model directory, its vocabulary or its checkpoint is unusable.
   """
-  model, vocabulary, _ = load_for_inference(model_dir, src_lang, tgt_lang, checkpoint)
-  return save(model, vocabulary, output_dir, quantization)
+  model, vocabulary, _ = load_for_inference(model_dir, options.src_lang, options.tgt_lang,
+                                            options.checkpoint)
+  return save(model, vocabulary, output_dir, options.quantization)
 
 
 def save(model, vocabulary, output_dir: str, quantization: str = "float32") -> str:

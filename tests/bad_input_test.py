@@ -252,7 +252,7 @@ ROWS = {
     "--constraints with --strategy=sample": translate(
         "--constraints={d}/terms.txt", "--strategy=sample", stdin=b"aa\n",
         prepare=write("terms.txt", b"cc\n"),
-        message="error: --constraints need a beam search, not --strategy=sample"),
+        message="error: lexical constraints need a beam search, not --strategy=sample"),
     # ------------------------------------------------------------------ export
     **{f"export --{name}={value}": export(
         f"--{name}={value}", message=f"error: flag --{name}={value}: {reason} (see --helpfull)")

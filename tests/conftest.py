@@ -22,12 +22,13 @@ from tf_transformer.model import build_model  # noqa: E402
 # (`--dist loadscope --no-loadscope-reorder`) hands out modules in collection order, so these
 # start first and the two workers end together rather than one waiting on a long module.
 _LONGEST_FIRST = ("tf_transformer/training/trainer_test.py", "export/saved_model_test.py",
-                  "tf_transformer/bin/train_test.py", "tf_transformer/translator_test.py",
-                  "export/batching_test.py",
+                  "tf_transformer/bin/train_test.py",
+                  "tf_transformer/serving/translator_test.py", "export/batching_test.py",
                   "tf_transformer/bin/train_kill_test.py", "export/ctranslate2_test.py",
-                  "tf_transformer/training/fine_tuning_test.py", "tf_transformer/training/train_step_test.py",
-                  "data_pipeline/pipeline_test.py", "tf_transformer/bin/translate_test.py",
-                  "tensorboard_check_test.py", "tf_transformer/decoding/decoding_test.py")
+                  "tf_transformer/training/fine_tuning_test.py",
+                  "tf_transformer/training/train_step_test.py", "data_pipeline/pipeline_test.py",
+                  "tf_transformer/bin/translate_test.py", "tensorboard_check_test.py",
+                  "tf_transformer/decoding/decoding_test.py")
 
 
 def pytest_collection_modifyitems(items):

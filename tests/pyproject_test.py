@@ -15,7 +15,8 @@ from tests import testutil
 
 PROJECT = tomllib.loads((testutil.ROOT / "pyproject.toml").read_text())["project"]
 TOOLS = sorted(path.stem for path in (testutil.ROOT / "tf_transformer" / "bin").glob("*.py")
-               if path.stem not in ("__init__", "cli", "shared_flags", "stderr_filter"))
+               if path.stem not in ("__init__", "cli", "shared_flags", "stderr_filter",
+                                    "translation_io"))
 
 
 def _pins() -> dict:

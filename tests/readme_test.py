@@ -6,6 +6,7 @@ import re
 from tests import testutil
 
 FOLDERS = ("common", "data_pipeline", "tf_transformer", "tf_transformer/layers",
+           "tf_transformer/decoding", "tf_transformer/serving", "tf_transformer/training",
            "tf_transformer/bin", "export", "bench", "bench/kernels", "bench/studies",
            "bench/peers")
 
@@ -20,7 +21,7 @@ def test_every_path_the_layout_names_exists():
   parents = {}
   named = []
   for line in _layout().splitlines():
-    match = re.match(r"^((?:  )?)(\S+\.(?:py|toml)|\S+/)(?:\s|$)", line)  # depth 0 or 1
+    match = re.match(r"^((?:  ){0,2})(\S+\.(?:py|toml)|\S+/)(?:\s|$)", line)  # depth 0 to 2
     if not match:
       continue
     depth, name = len(match.group(1)) // 2, match.group(2)

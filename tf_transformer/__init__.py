@@ -8,8 +8,8 @@
 
 def load(path: str, **kwargs):
   """A trained model (a model directory or an exported SavedModel) to translate and score
-  with: see `tf_transformer.inference.load` for the arguments and `TranslationModel` for its
-  methods. TensorFlow is imported here, not when the package is: the command-line tools set
-  its environment first."""
-  from tf_transformer import inference
-  return inference.load(path, **kwargs)
+  with: see `tf_transformer.loading.load` for the arguments and
+  `tf_transformer.inference.TranslationModel` for its methods. TensorFlow is imported here, not
+  when the package is: the command-line tools set its environment first."""
+  from tf_transformer import loading
+  return loading.load(path, **kwargs)

@@ -13,11 +13,24 @@ from common.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
-  """A setting is missing or outside its domain; the message names it."""
+  """A setting is missing, outside its domain or contradicts another; the message names it.
 
+  With `fields`, the message is a template that names each by {name}: in the library it reads
+  "name=value", and the tools (tf_transformer.bin.cli) show the flag of the same name,
+  "--name=value" (`as_flags`).
+  """
 
-class FlagError(ConfigError):
-  """A flag is missing, out of range or contradicts another; the message names it."""
+  def __init__(self, message: str, **fields):
+    self.template, self.fields = message, fields
+    super().__init__(self._named("{}={}") if fields else message)
+
+  def _named(self, pattern: str) -> str:
+    return self.template.format(**{name: pattern.format(name, value)
+                                   for name, value in self.fields.items()})
+
+  def as_flags(self) -> str:
+    """The message naming its fields as the tools' flags."""
+    return self._named("--{}={}") if self.fields else str(self)
 
 
 def _in_unit_interval(value) -> bool:
@@ -44,6 +57,8 @@ REAL_DOMAINS = {
     "sampling_topp": (_finite_and(lambda value: 0.0 < value <= 1.0), "in (0, 1]"),
     "sampling_temperature": (_finite_and(lambda value: value >= 0.0),
                              "a finite number >= 0 (0: the most probable token)"),
+    "repetition_penalty": (_finite_and(lambda value: value > 0.0),
+                           "a finite number > 0 (1: off; > 1 discourages repeats)"),
 }
 
 # The integer fields' ranges: (lowest, highest or None).
@@ -60,7 +75,7 @@ INTEGER_RANGES = {
     "beam_size": (1, None), "nbest": (1, None), "extra_decode_length": (1, None),
     "max_source_length": (1, None), "min_decode_length": (0, None),
     "max_decode_length": (0, None), "sampling_topk": (0, None),
-    "max_constraint_tokens": (1, None),
+    "max_constraint_tokens": (1, None), "no_repeat_ngram_size": (0, None),
     "batch_size": (1, None),  # the tools' decoding batches (no config's field)
     "max_batch_size": (1, None), "batch_timeout_micros": (0, None),
     "num_batch_threads": (1, None), "max_enqueued_batches": (1, None),
@@ -289,7 +304,9 @@ class DecodeConfig(_Checked):
   without max_decode_length, a sentence gets its source length + extra_decode_length tokens).
   max_constraint_tokens: the most subword pieces of a sentence's positive constraints, and of
   each of its negative phrases, and the most negative phrases (the widest shapes of a compiled
-  constrained search).
+  constrained search). no_repeat_ngram_size: no n-gram of target pieces twice in an output (0:
+  off); repetition_penalty: the logit of a piece already written divided by it if positive,
+  multiplied if negative (1: off); both for every strategy (decoding/logit_filters.py).
   """
   strategy: str = "beam"
   beam_size: int = 4
@@ -305,6 +322,8 @@ class DecodeConfig(_Checked):
   max_decode_length: int = 0
   decode_jit: bool = False
   max_constraint_tokens: int = 32
+  no_repeat_ngram_size: int = 0
+  repetition_penalty: float = 1.0
 
   def __post_init__(self):
     super().__post_init__()

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testutil
-from tf_transformer.translator import Translator
+from tf_transformer.serving import signatures
 
 # A batch that waits this long for requests, unless it is full: a merged batch runs at once.
 _MERGE_TIMEOUT_SECONDS = 10
@@ -72,7 +72,7 @@ def loaded(exports):
 _TEXTS = ["aa bb", "cc dd ee ff gg hh ii", "", "jj", "kk ll mm nn", "oo pp qq", "rr", "ss tt uu"]
 _ROWS = (1, 2, 1, 3, 1)
 # A phrase to avoid of 9 pieces: wider than the compiled search's narrow width (8), so a merged
-# batch that holds it runs at the wide one (translator.NARROW_CONSTRAINTS)
+# batch that holds it runs at the wide one (serving/xla_shapes.py NARROW_CONSTRAINTS)
 _WIDE = "!" + " ".join(["aa"] * 9)
 _CONSTRAINTS = ["ss", "", _WIDE, "tt\t!bb", "uu vv", "", "ww", _WIDE]
 
@@ -253,9 +253,9 @@ def test_warmup_requests_run_each_program_once(exports):
   requests = {}
   for name, rows, text, constraints, prefix in _warmup_requests(exports["batched"]):
     requests.setdefault(name, []).append((rows, text, constraints, prefix))
-  for name in Translator.BATCHED_SIGNATURES:
+  for name in signatures.BATCHED:
     # the signatures whose programs the others share, at each batch size; the others once
-    sizes = [1, 2, 4] if name in Translator.PROGRAM_SIGNATURES else [1]
+    sizes = [1, 2, 4] if name in signatures.COMPILING else [1]
     assert sorted(rows for rows, *_ in requests[name]) == sizes, (name, requests[name])
     assert {text for _, text, *_ in requests[name]} == {"Hello."}, name
   # only the narrow constrained search: the wide one compiles on first use
@@ -276,15 +276,15 @@ def test_warmups_that_would_exhaust_the_memory_mappings_fail_in_one_line_before_
   """Past vm.max_map_count, XLA's compiler fails and the process dies (a segmentation fault):
   the replay refuses first, naming the setting. A limit just above this process's mappings
   leaves room for the first program, whose growth then refuses the rest."""
-  from tf_transformer import inference
+  from tf_transformer.serving import warmup
   from tf_transformer.model_dir import ModelDirError
 
   path = str(exports["batched"])
   loaded = tf.saved_model.load(path)  # a new load: its programs are compiled anew
-  limit = inference.memory_mappings() + 1200
-  monkeypatch.setattr(inference, "memory_mapping_limit", lambda: limit)
+  limit = warmup.memory_mappings() + 1200
+  monkeypatch.setattr(warmup, "memory_mapping_limit", lambda: limit)
   with pytest.raises(ModelDirError, match=r"warm-up requests compile XLA programs that need "
                      r"about [\d,]+ more memory mappings, and vm.max_map_count=[\d,]+ leaves .*"
                      r"raise it \(sysctl -w vm.max_map_count=1048576\)"):
-    inference.replay_warmup_requests(path, loaded)
-  assert inference.memory_mappings() < limit
+    warmup.replay_warmup_requests(path, loaded)
+  assert warmup.memory_mappings() < limit

@@ -6,9 +6,11 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tf_transformer
 from tests import testutil
+from tf_transformer.serving import signatures
 
 # the export's length limit (flags/tiny.cfg's --max_length) and rows decoded at a time
 MAX_LENGTH = 32
@@ -20,6 +22,7 @@ MEMORY_BOUND = 64 * 2**20
 
 # Each signature's table: row name -> (arguments of the call, as Python source, and whether
 # the call must fail). A text over the limit is cut to MAX_LENGTH pieces, so it must return.
+# Every signature of the contract also gets the rows of `_contract_rows` (below).
 _LONG = {
     "invalid UTF-8": "[b'\\xc3\\x28 aa', b'\\xff\\xfe bb']",
     "NUL and control bytes": "[b'aa\\x00bb\\x07\\x1b[31m cc']",
@@ -32,11 +35,8 @@ _LONG = {
     "no row": "[]",
 }
 TABLES = {
-    **{signature: {
-        **{name: (f"inputs={rows}", False) for name, rows in _LONG.items()},
-        "a scalar": ("inputs=b'aa bb'", True),
-        "a matrix": ("inputs=[[b'aa'], [b'bb']]", True),
-    } for signature in ("serving_default", "translate_nbest", "align")},
+    **{signature: {name: (f"inputs={rows}", False) for name, rows in _LONG.items()}
+       for signature in ("serving_default", "translate_nbest", "align")},
     "translate_prefix": {
         **{name: (f"inputs={rows}, prefix={rows}", False) for name, rows in _LONG.items()},
         "a 5,000-word prefix": ("inputs=[b'aa'], prefix=[b'bb ' * 5000]", False),
@@ -68,7 +68,6 @@ TABLES = {
         **{name: (f"inputs={rows}, seed=list(range(len({rows})))", False)
            for name, rows in _LONG.items()},
         "seeds at the int64 limits": ("inputs=[b'aa'] * 3, seed=[-2**63, -1, 2**63 - 1]", False),
-        "a scalar seed": ("inputs=[b'aa'], seed=3", True),
         "row counts differ": ("inputs=[b'aa', b'bb'], seed=[1]", True),
     },
     "sample_prefix": {
@@ -77,7 +76,40 @@ TABLES = {
         "a 5,000-word prefix": ("inputs=[b'aa'], prefix=[b'bb ' * 5000], seed=[1]", False),
         "row counts differ": ("inputs=[b'aa', b'bb'], prefix=[b'cc', b'dd'], seed=[1]", True),
     },
+    "translate_constrained_prefix": {
+        **{name: (f"inputs={rows}, constraints=[b''] * len({rows}), prefix={rows}", False)
+           for name, rows in _LONG.items()},
+        "a 5,000-word prefix and a phrase": (
+            "inputs=[b'aa'], constraints=[b'aa'], prefix=[b'bb ' * 5000]", False),
+        "a 5,000-word prefix, no phrase": (
+            "inputs=[b'aa'], constraints=[b''], prefix=[b'bb ' * 5000]", False),
+        "a 1 MB phrase": ("inputs=[b'aa'], constraints=[b'x' * 2**20], prefix=[b'']", True),
+    },
 }
+
+
+def _contract_rows(signature) -> dict:
+  """The rows every signature of the contract (tf_transformer/serving/signatures.py) gets: each
+  input as a scalar and as a matrix, and each input after the first with another row count;
+  each must fail."""
+  def call(**changed):
+    values = {tensor.name: "[b'aa bb']" if tensor.dtype == tf.string else "[1]"
+              for tensor in signature.inputs}
+    return ", ".join(f"{name}={changed.get(name, value)}" for name, value in values.items())
+
+  rows = {}
+  for tensor in signature.inputs:
+    one = "b'aa'" if tensor.dtype == tf.string else "1"
+    rows[f"a scalar {tensor.name}"] = (call(**{tensor.name: one}), True)
+    rows[f"a matrix {tensor.name}"] = (call(**{tensor.name: f"[[{one}], [{one}]]"}), True)
+  for tensor in signature.inputs[1:]:
+    two = "[b'aa', b'bb']" if tensor.dtype == tf.string else "[1, 2]"
+    rows[f"another row count of {tensor.name}"] = (call(**{tensor.name: two}), True)
+  return rows
+
+
+for _signature in signatures.SIGNATURES:
+  TABLES.setdefault(_signature.name, {}).update(_contract_rows(_signature))
 
 # every table in one process of its own, as TF Serving holds a model: nothing but tensorflow
 # and tensorflow_text loaded; each signature warmed up with a request of MAX_BATCH_SIZE rows

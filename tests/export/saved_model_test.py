@@ -18,7 +18,7 @@ from data_pipeline.token_ids import EOS_ID
 from tests import testutil
 from tf_transformer import checkpoints, decoding
 from tf_transformer.config import DecodeConfig
-from tf_transformer.translator import Translator
+from tf_transformer.serving.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
           "x" * 5000]

@@ -18,7 +18,7 @@ from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DataConfig, DecodeConfig, ModelConfig
 from tf_transformer.model import Transformer
-from tf_transformer.translator import Translator
+from tf_transformer.serving.translator import Translator
 
 MODEL = ModelConfig(100, 100, num_layers=2, d_model=32, num_heads=4, d_ff=64)
 DATA = DataConfig(data_dir="data", src_lang="en", tgt_lang="de", vocab_size=100)

@@ -12,6 +12,7 @@ from data_pipeline import corpora
 from tests import testutil
 from tf_transformer import config
 from tf_transformer.bin import shared_flags
+from tf_transformer.bin.cli import FlagError
 
 MODEL_PRESETS = ("base", "big", "small", "tiny")
 TASK_PRESETS = ("multi30k_en_de", "multi30k_de_en", "multi30k_en_multi", "iwslt15_en_vi",
@@ -73,10 +74,10 @@ def test_shipped_corpora_are_found_and_valid(name, folder):
 
 
 def test_flag_errors_name_the_flag():
-  with pytest.raises(config.FlagError, match="--data_dir is required"):
+  with pytest.raises(FlagError, match="--data_dir is required"):
     testutil.parse_flags("tiny")
     shared_flags.data_config_from_flags()
-  with pytest.raises(config.FlagError, match=r"--d_model \(60\) must be divisible by "
+  with pytest.raises(FlagError, match=r"--d_model \(60\) must be divisible by "
                                              r"--num_heads \(8\)"):
     testutil.parse_flags("tiny", "--d_model=60", "--num_heads=8")
     shared_flags.model_config_from_flags(100, 100)

@@ -2,7 +2,6 @@
 the Python API (the README's example, run as written)."""
 
 import ast
-import logging
 import pathlib
 import re
 import shutil
@@ -12,14 +11,14 @@ import pytest
 import tensorflow as tf
 
 from data_pipeline.token_ids import EOS_ID, PAD_ID
-from export import serving
+from export import saved_model
 from tests import testutil
 from tf_transformer import decoding, inference
 from tf_transformer import length_batching
 from tf_transformer import checkpoints
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import ConfigError, DecodeConfig
-from tf_transformer.inference import load_inference
+from tf_transformer import loading
 from tf_transformer.length_batching import hard_alignment, make_batches, translate_texts
 from tf_transformer.model import build_model
 from tf_transformer.model_dir import ModelDirError
@@ -43,9 +42,9 @@ def test_batches_keep_within_rows_and_tokens():
 
 
 def test_token_batches_translate_like_sentence_batches(tiny_model_dir):
-  functions = load_inference(None, str(tiny_model_dir), "en", "de",
-                             DecodeConfig(beam_size=2, nbest=2, max_source_length=8,
-                                          extra_decode_length=4)).functions()
+  functions = loading.load_model_dir(str(tiny_model_dir), "en", "de",
+                                     DecodeConfig(beam_size=2, nbest=2, max_source_length=8,
+                                                  extra_decode_length=4)).functions()
   texts = TEXTS
   counts = functions.count_tokens(texts, "source")
   vocabulary = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1]
@@ -101,8 +100,8 @@ def _run_statements(code: str) -> tuple[dict, list]:
 def test_the_readme_python_example_runs_as_written(tiny_model_dir, tmp_path, kind):
   path = str(tiny_model_dir)
   if kind == "saved_model":
-    path = serving.export(path, "en", "de", str(tmp_path / "export"),
-                          DecodeConfig(beam_size=4, extra_decode_length=8))
+    path = saved_model.export(path, str(tmp_path / "export"), saved_model.Options(
+        "en", "de", DecodeConfig(beam_size=4, extra_decode_length=8)))
   code = _readme_python_block()
   assert '"models/multi30k_en_de"' in code
   namespace, values = _run_statements(code.replace("models/multi30k_en_de", path))
@@ -141,7 +140,7 @@ def test_a_saved_models_weights_and_search_are_refused_as_fixed_at_export(tmp_pa
   (tmp_path / "saved_model.pb").write_bytes(b"")
   for settings in ({"checkpoint": "latest"}, {"beam_size": 2}):
     with pytest.raises(ModelDirError) as error:
-      inference.load(str(tmp_path), **settings)
+      loading.load(str(tmp_path), **settings)
     assert str(error.value) == (f"{tmp_path}: a SavedModel holds its own weights and search "
                                 "(fixed at export); give no checkpoint or search settings")
 
@@ -172,7 +171,7 @@ def test_translate_and_score_refuse_an_nbest_outside_the_beam_and_unaligned_list
     tiny_model_dir):
   """A model directory's translate takes an nbest from 1 to the call's beam, one prefix per
   source, and score one target per source; each other request is refused in one line."""
-  model = inference.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
+  model = loading.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
   for nbest, beam, message in ((3, None, "nbest=3 must be at most beam_size=2"),
                                (4, 3, "nbest=4 must be at most beam_size=3"),
                                (0, None, "nbest=0 must be an integer >= 1")):
@@ -218,7 +217,7 @@ def test_load_checkpoint_loads_that_checkpoints_weights(tiny_model_dir, tmp_path
               for name, weights in (("first", first), ("second", second))}
   assert np.abs(expected["first"] - expected["second"]).max() > 0.1
   for checkpoint, weights in (("best", "first"), ("latest", "second")):
-    model = inference.load(str(folder), checkpoint=checkpoint, beam_size=2,
+    model = loading.load(str(folder), checkpoint=checkpoint, beam_size=2,
                            extra_decode_length=4)
     np.testing.assert_allclose(model.score(sources, targets), expected[weights], atol=1e-4)
 
@@ -226,7 +225,7 @@ def test_load_checkpoint_loads_that_checkpoints_weights(tiny_model_dir, tmp_path
 def test_a_target_prefix_is_cut_at_max_source_length_pieces(tiny_model_dir):
   """With max_source_length=3, a prefix of five pieces (one a word here) forces its first
   three: the translations and scores are those of the three-piece prefix."""
-  model = inference.load(str(tiny_model_dir), beam_size=2, max_source_length=3,
+  model = loading.load(str(tiny_model_dir), beam_size=2, max_source_length=3,
                          extra_decode_length=6)
   target = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
   assert target.tokenize(tf.constant(["ss tt uu vv ww"])).row_lengths().numpy().tolist() == [5]
@@ -243,7 +242,7 @@ def test_sampled_translations_repeat_for_a_seed_in_any_batch(tiny_model_dir):
   """load().translate samples: nbest draws a source, the same for the same seed whatever the
   batches, the first of them the one draw of nbest 1; another seed draws others; a sentence's
   draws are those of its number (first_index)."""
-  model = inference.load(str(tiny_model_dir), extra_decode_length=4)
+  model = loading.load(str(tiny_model_dir), extra_decode_length=4)
   texts = ["aa bb", "cc dd ee", "", "ff gg hh ii", "jj"]
   search = dict(strategy="sample", sampling_temperature=1.5, seed=5)
   three = model.translate(texts, nbest=3, batch_size=2, **search)
@@ -263,7 +262,7 @@ def test_sampled_translations_repeat_for_a_seed_in_any_batch(tiny_model_dir):
 def test_a_loaded_model_translates_after_the_program_seeds_tensorflow(tiny_model_dir):
   """A user's tf.random.set_seed after load() (it clears TensorFlow's kernel cache) leaves the
   model's subword models working."""
-  model = inference.load(str(tiny_model_dir), extra_decode_length=4)
+  model = loading.load(str(tiny_model_dir), extra_decode_length=4)
   before = model.translate(TEXTS)
   tf.random.set_seed(1)
   assert model.translate(TEXTS) == before
@@ -273,9 +272,9 @@ def test_an_ensemble_of_a_model_with_itself_translates_as_the_model(tiny_model_d
   """load([dir, dir]) (any weights) translates, samples, scores and aligns as load(dir); a
   SavedModel among the members and members of different vocabularies are refused in one line."""
   texts = ["aa bb", "cc dd ee", "", "ff gg hh ii"]
-  single = inference.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
+  single = loading.load(str(tiny_model_dir), beam_size=2, extra_decode_length=4)
   for weights in ((), (1, 3)):
-    doubled = inference.load([str(tiny_model_dir)] * 2, weights=weights, beam_size=2,
+    doubled = loading.load([str(tiny_model_dir)] * 2, weights=weights, beam_size=2,
                              extra_decode_length=4)
     assert doubled.path == f"{tiny_model_dir},{tiny_model_dir}"
     testutil.assert_translate_alike(doubled, single, texts, nbest=2)
@@ -286,71 +285,14 @@ def test_an_ensemble_of_a_model_with_itself_translates_as_the_model(tiny_model_d
     assert doubled.align(texts)[1] == single.align(texts)[1]
   (tmp_path / "saved_model.pb").write_bytes(b"")
   with pytest.raises(ModelDirError) as error:
-    inference.load([str(tiny_model_dir), str(tmp_path)])
+    loading.load([str(tiny_model_dir), str(tmp_path)])
   assert str(error.value) == (f"{tmp_path}: a SavedModel; an ensemble is of model directories "
                               "(export one with export_saved_model --ensemble)")
 
 
 def test_ensemble_members_must_share_their_vocabulary(tiny_model_dir, reversal_model):
   with pytest.raises(ModelDirError) as error:
-    inference.load([str(tiny_model_dir), str(reversal_model[0])], src_lang="en", tgt_lang="de")
+    loading.load([str(tiny_model_dir), str(reversal_model[0])], src_lang="en", tgt_lang="de")
   assert str(error.value) == (
       f"{tiny_model_dir} and {reversal_model[0]} have different vocabularies (their subword "
       "models differ): an ensemble's members must share one")
-
-
-def test_warmups_are_refused_before_their_compiled_programs_pass_the_memory_mapping_limit():
-  problem = inference._memory_mapping_problem
-  assert problem(60_000, None, [500], 500) is None  # the system sets no limit
-  # before the first request: room for a base-size program, or not
-  assert problem(1_000, 65_530, [], 200) is None
-  assert "than the 530 that vm.max_map_count=65,530 leaves" in problem(65_000, 65_530, [], 200)
-  # 250 a request for 100 more: 25,000 needed, 55,530 left
-  assert problem(10_000, 65_530, [500, 0], 100, per_request=250) is None
-  # 250 more requests need 62,500: more than a quarter over the 45,530 left
-  assert problem(20_000, 65_530, [500, 0], 250, per_request=250) == (
-      "need about 62,500 more memory mappings, and vm.max_map_count=65,530 leaves 45,530")
-  # no estimate before the requests of a whole batch size have run: the first requests
-  # compile the programs that later ones share
-  assert problem(20_000, 65_530, [500, 0], 250) is None
-  # whatever the estimate, no request runs with less room than twice the largest growth
-  assert problem(64_700, 65_530, [0, 0, 500], 1) == (
-      "need about 1,000 more memory mappings, and vm.max_map_count=65,530 leaves 830")
-  assert problem(64_400, 65_530, [0, 0, 500], 1) is None
-
-
-def test_the_replay_estimates_the_larger_batch_sizes_from_the_signatures_warmed_at_each(
-    tmp_path, monkeypatch, caplog):
-  """An export with --batching warms two signatures at every batch size (each request compiles
-  a program) and the others once, at the smallest (reusing those programs): the estimate of
-  the larger sizes counts the recurring signatures' growth alone, so the replay refuses as
-  soon as the smallest size has run, not requests later, and logs the estimate."""
-  spec = [tf.TensorSpec([None], tf.string, name="inputs")]
-  once = ["translate_nbest", "translate_prefix", "score", "align", "translate_tokens",
-          "translate_sampled_nbest"]
-  plan = [(name, size, text) for size in (1, 2, 4, 8) for name in ("serving_default", "sample")
-          for text in ("a", "b c d")] + [(name, 1, "Hello.") for name in once]
-  folder = tmp_path / "assets.extra"
-  folder.mkdir()
-  with tf.io.TFRecordWriter(str(folder / "tf_serving_warmup_requests")) as writer:
-    for name, size, text in plan:
-      writer.write(serving._warmup_log(name, spec, [text] * size).SerializeToString())
-  mappings, ran = [10_000], []
-
-  def signature(name):
-    def run(inputs):
-      ran.append((name, int(inputs.shape[0])))
-      mappings[0] += 500 if name in ("serving_default", "sample") else 0
-    return run
-
-  loaded = type("Loaded", (), {"signatures": {name: signature(name) for name, *_ in plan}})
-  monkeypatch.setattr(inference, "memory_mappings", lambda: mappings[0])
-  # 10 requests of one row add 2,000; the 12 larger ones will add 6,000, over 1.25 x the room
-  monkeypatch.setattr(inference, "memory_mapping_limit", lambda: 10_000 + 2_000 + 4_500)
-  with caplog.at_level(logging.INFO, logger="absl"), pytest.raises(
-      ModelDirError, match=r"its 22 warm-up requests compile XLA programs that need about "
-      r"6,000 more memory mappings, and vm.max_map_count=16,500 leaves 4,500: raise it"):
-    inference.replay_warmup_requests(str(tmp_path), loaded())
-  assert ("the warm-up requests of 1 row(s) added 2,000 memory mappings; the 12 larger ones "
-          "are expected to add about 6,000 (vm.max_map_count=16,500 leaves 4,500)") in caplog.text
-  assert sorted(ran) == sorted((name, 1) for name, size, _ in plan if size == 1)

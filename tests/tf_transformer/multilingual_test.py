@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from data_pipeline.language_tags import LanguageError
 from tests import testutil
-from tf_transformer import inference
+from tf_transformer import loading
 
 LANGS = ("rv", "cp")
 
@@ -75,7 +75,7 @@ def test_each_language_is_learned_and_scored_on_its_own(multilingual_model):
 
 def test_python_api_translates_into_the_language_asked_for(multilingual_model):
   model_dir, sources, _ = multilingual_model
-  model = inference.load(str(model_dir))
+  model = loading.load(str(model_dir))
   assert model.languages == LANGS and model.target_language is None
   for lang in LANGS:
     # the evaluation's search (beam 4) and weights: the run's test hypotheses
@@ -85,7 +85,7 @@ def test_python_api_translates_into_the_language_asked_for(multilingual_model):
     model.translate(sources[:1])
   with pytest.raises(LanguageError, match=r"translates into rv, cp, not 'de'"):
     model.translate(sources[:1], target_language="de")
-  assert inference.load(str(model_dir), tgt_lang="cp").translate(sources[:5]) == \
+  assert loading.load(str(model_dir), tgt_lang="cp").translate(sources[:5]) == \
       model.translate(sources[:5], target_language="cp")
   # scores: a reversal is likelier asked for in rv than in cp
   reversed_texts = _references(sources, "rv")
@@ -126,10 +126,10 @@ def test_translate_cli_and_saved_model_take_the_language(multilingual_model, tmp
   (version,) = [path for path in export_dir.iterdir() if path.name.isdigit()]
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
   assert settings["tgt_lang"] == "rv,cp"
-  saved = inference.load(str(version))
+  saved = loading.load(str(version))
   assert saved.languages == LANGS
   assert saved.translate(sources, target_language="cp") == expected
-  assert inference.load(str(version), tgt_lang="rv").translate(sources) == (
+  assert loading.load(str(version), tgt_lang="rv").translate(sources) == (
       model_dir / "test_hypotheses.rv.txt").read_text().splitlines()
   with pytest.raises(LanguageError, match="choose one"):
     saved.translate(sources[:1])

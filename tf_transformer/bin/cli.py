@@ -14,6 +14,11 @@ from absl import app, flags, logging
 
 from common.errors import UserError
 from tf_transformer.bin import stderr_filter
+from tf_transformer.config import ConfigError
+
+
+class FlagError(ConfigError):
+  """A flag is missing, out of range or contradicts another; the message names it."""
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGES = tuple(os.path.join(_ROOT, name) + os.sep
@@ -100,6 +105,8 @@ def describe(error: BaseException) -> str:
   tf = sys.modules.get("tensorflow")
   if tf is not None and isinstance(error, tf.errors.OpError):
     return (error.message or type(error).__name__).strip().splitlines()[0][:300]
+  if hasattr(error, "as_flags"):  # a config.ConfigError: its fields as the flags of their names
+    return error.as_flags().strip().splitlines()[0]
   return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 

@@ -25,15 +25,12 @@ def main(argv):
   from common.progress import ProgressBar
   from data_pipeline.corpora import read_parallel, scan_parallel
   from tf_transformer.training import metrics
-  from tf_transformer.inference import load_inference
 
   decode_config = shared_flags.decode_config_from_flags()
   search = shared_flags.per_call_search()
   scan_parallel(FLAGS.src, FLAGS.ref)
   pairs = read_parallel(FLAGS.src, FLAGS.ref)
-  model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
-                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None,
-                         *shared_flags.ensemble_from_flags())
+  model = shared_flags.model_from_flags(decode_config)
   sources, references = [list(side) for side in zip(*pairs)]
   path = FLAGS.output or "hypotheses.txt"
   with files.atomic_file(path) as f:

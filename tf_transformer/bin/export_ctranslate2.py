@@ -9,7 +9,7 @@ The folder is written under a temporary name and renamed at the end.
 from absl import flags
 
 from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
-from tf_transformer.config import FlagError
+from tf_transformer.bin.cli import FlagError
 
 flags.DEFINE_string("output_dir", None, "The CTranslate2 model folder.")
 flags.DEFINE_enum("quantization", "float32",
@@ -27,10 +27,12 @@ def main(argv):
                     "export_saved_model --ensemble")
   if not FLAGS.model_dir:
     raise FlagError("--model_dir is required (see --helpfull)")
+  import export
   from export import ctranslate2
 
-  print(ctranslate2.export(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.output_dir,
-                           FLAGS.quantization, FLAGS.checkpoint))
+  options = ctranslate2.Options(FLAGS.src_lang, FLAGS.tgt_lang, FLAGS.quantization,
+                                FLAGS.checkpoint)
+  print(export.exporter("ctranslate2")(FLAGS.model_dir, FLAGS.output_dir, options))
 
 
 def run():

@@ -18,7 +18,7 @@ from absl import flags
 
 from tf_transformer import config
 from tf_transformer.bin import cli, shared_flags
-from tf_transformer.config import FlagError
+from tf_transformer.bin.cli import FlagError
 
 flags.DEFINE_string("export_dir", None, "The model's folder in a TF Serving model base path.")
 flags.DEFINE_enum("precision", "float32", list(config.CHOICES["precision"]),
@@ -100,7 +100,8 @@ def batching_config_from_flags():
 
 def main(argv):
   cli.start(argv)
-  from export import serving
+  import export
+  from export import saved_model
 
   members, weights = shared_flags.ensemble_from_flags()
   if not (members or FLAGS.model_dir):
@@ -108,10 +109,11 @@ def main(argv):
                     "ensemble)")
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
   batching = batching_config_from_flags()
-  print(serving.export(members or FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
-                       FLAGS.export_dir, shared_flags.decode_config_from_flags(),
-                       FLAGS.checkpoint, FLAGS.precision, FLAGS.shortlist_size,
-                       FLAGS.shortlist_per_source, data_config, weights, batching))
+  options = saved_model.Options(
+      FLAGS.src_lang, FLAGS.tgt_lang, shared_flags.decode_config_from_flags(), FLAGS.checkpoint,
+      FLAGS.precision, FLAGS.shortlist_size, FLAGS.shortlist_per_source, data_config,
+      tuple(weights), batching)
+  print(export.exporter("saved_model")(members or FLAGS.model_dir, FLAGS.export_dir, options))
 
 
 def run():

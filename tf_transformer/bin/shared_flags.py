@@ -12,7 +12,7 @@ import math
 from absl import flags
 
 from tf_transformer import config
-from tf_transformer.config import FlagError
+from tf_transformer.bin.cli import FlagError
 
 FLAGS = flags.FLAGS
 
@@ -191,6 +191,13 @@ flags.DEFINE_float("sampling_temperature", 1.0,
                    "With --strategy=sample: draw from softmax(logits / T) (0: the most "
                    "probable token).")
 flags.DEFINE_float("alpha", 0.6, "GNMT length-penalty exponent ((5 + length) / 6)^alpha.")
+_integer("no_repeat_ngram_size", 0,
+         "No n-gram of target subword pieces twice in an output (0: off; 1: no piece twice); "
+         "every strategy, fixed in an export.")
+flags.DEFINE_float("repetition_penalty", 1.0,
+                   "The logit of a target piece already written is divided by this if positive, "
+                   "multiplied if negative (CTRL's rule, as CTranslate2's; 1: off, > 1 "
+                   "discourages repeats); every strategy, fixed in an export.")
 _integer("nbest", 1, "Hypotheses printed per sentence by translate (<= beam_size), or samples "
          "with --strategy=sample.")
 _integer("max_constraint_tokens", 32,
@@ -290,6 +297,12 @@ def _profile_steps(value: str) -> tuple:
   return first, last
 
 
+def model_settings_from_flags() -> dict:
+  """{ModelConfig field: its flag's value}, for the fields that have a flag."""
+  return {field.name: FLAGS[field.name].value for field in dataclasses.fields(config.ModelConfig)
+          if field.name in FLAGS}
+
+
 def decode_config_from_flags() -> config.DecodeConfig:
   _require(FLAGS.strategy == "sample" or FLAGS.nbest <= FLAGS.beam_size,
            f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
@@ -299,7 +312,7 @@ def decode_config_from_flags() -> config.DecodeConfig:
 # The search flags an export compiles in, refused with --saved_model. (The length flags are
 # fixed there too, but a flagfile shared with training sets them: they are ignored.)
 _FIXED_AT_EXPORT = ("beam_size", "alpha", "sampling_topk", "sampling_topp",
-                    "sampling_temperature")
+                    "sampling_temperature", "no_repeat_ngram_size", "repetition_penalty")
 
 
 def ensemble_from_flags() -> tuple[list[str], tuple[float, ...]]:
@@ -329,3 +342,32 @@ def per_call_search() -> dict:
            f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} fixed in a SavedModel "
            "at export (its assets.extra/decoding.json has the values)")
   return {"strategy": FLAGS.strategy, "seed": FLAGS.seed}
+
+
+def model_from_flags(decode_config):
+  """The inference.TranslationModel of --saved_model, --model_dir or --ensemble (model
+  directories, weighed by --ensemble_weights) at --checkpoint (if given; else the run's final
+  weights); model directories search with `decode_config`, a SavedModel with its export's.
+
+  Raises:
+    FlagError: none or two of them given, or a checkpoint with a SavedModel.
+    ModelDirError: an unusable folder.
+  """
+  from tf_transformer import loading
+
+  members, weights = ensemble_from_flags()
+  checkpoint = FLAGS.checkpoint if FLAGS["checkpoint"].present else None
+  if members:
+    _require(not FLAGS.saved_model,
+             "give --ensemble (model directories) or --saved_model, not both")
+    return loading.load_model_dir(members, FLAGS.src_lang, FLAGS.tgt_lang, decode_config,
+                                  checkpoint, weights)
+  _require(not weights, "--ensemble_weights weigh the members of --ensemble")
+  _require(bool(FLAGS.saved_model) != bool(FLAGS.model_dir),
+           "give exactly one of --saved_model and --model_dir")
+  _require(not (FLAGS.saved_model and checkpoint is not None),
+           "--checkpoint picks a checkpoint of --model_dir; a SavedModel holds its own weights")
+  if FLAGS.model_dir:
+    return loading.load_model_dir(FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
+                                  decode_config, checkpoint)
+  return loading.load_saved_model(FLAGS.saved_model, FLAGS.tgt_lang)

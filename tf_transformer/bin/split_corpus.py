@@ -14,7 +14,7 @@ any machine; the --extra_* corpora go to train, but for pairs whose source is he
 from absl import flags, logging
 
 from tf_transformer.bin import cli, shared_flags  # noqa: F401  (shared_flags: the shared flags)
-from tf_transformer.config import FlagError
+from tf_transformer.bin.cli import FlagError
 
 # --src, --tgt and --out also name other tools' files: whichever tool runs defines them
 flags.DEFINE_string("src", None, "The corpus's source side (plain or .gz).", allow_override=True)

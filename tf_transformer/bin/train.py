@@ -26,7 +26,7 @@ def main(argv):
   cli.start(argv)
   from data_pipeline.parallel_data import open_data
   from data_pipeline.tokenizer import wait_for_vocabulary
-  from tf_transformer.training import fine_tuning, trainer
+  from tf_transformer.training import fine_tuning, run, trainer
   from tf_transformer import model_dir, runtime
 
   try:
@@ -36,7 +36,9 @@ def main(argv):
     origin = fine_tuning.origin(train_config.model_dir, FLAGS.init_from)
     first_run = bool(FLAGS.init_from) and origin == FLAGS.init_from
     if origin:
-      data_config = fine_tuning.check_flags(origin, FLAGS, data_config)
+      given = {name: FLAGS[name].value for name in fine_tuning.ARCHITECTURE
+               + fine_tuning.VOCABULARY if FLAGS[name].present}
+      data_config = fine_tuning.check_settings(origin, given, data_config)
     if FLAGS.init_from and not first_run:
       logging.info("resuming %s: --init_from is read at the first run only",
                    train_config.model_dir)
@@ -53,15 +55,15 @@ def main(argv):
     data = open_data(data_config, train_config.model_dir)
     start = None
     if origin:
-      model_config = fine_tuning.model_config(origin, FLAGS)
+      model_config = fine_tuning.model_config(origin, shared_flags.model_settings_from_flags())
       if first_run:
         start = fine_tuning.start(FLAGS.init_from, FLAGS.checkpoint, train_config.model_dir,
                                   record=is_chief)
     else:
       model_config = shared_flags.model_config_from_flags(data.vocabulary.source_size,
                                                     data.vocabulary.target_size)
-    results = trainer.create_trainer(data, model_config, train_config, decode_config,
-                                     strategy, start).train()
+    results = run.create_trainer(data, model_config, train_config, decode_config, strategy,
+                                 start).train()
   except trainer.TrainingInterrupted as e:
     print(f"\n{e}", file=sys.stderr)
     sys.exit(130)

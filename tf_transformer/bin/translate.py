@@ -31,7 +31,7 @@ import sys
 from absl import flags, logging
 
 from tf_transformer.bin import cli, shared_flags
-from tf_transformer.config import FlagError
+from tf_transformer.bin.cli import FlagError
 
 flags.DEFINE_string("input", None, "Text to translate, one sentence a line (default: stdin).")
 flags.DEFINE_bool("stream", False,
@@ -69,8 +69,6 @@ def _check_modes():
   for name in ("target_prefix", "constraints"):
     if FLAGS[name].value and (FLAGS.score or FLAGS.print_alignment):
       raise FlagError(f"--{name} does not combine with --score or --print_alignment")
-  if FLAGS.constraints and FLAGS.strategy == "sample":
-    raise FlagError("--constraints need a beam search, not --strategy=sample")
   if FLAGS.print_alignment and FLAGS.nbest > 1:
     raise FlagError("--print_alignment aligns the best translation only: drop --nbest")
   if FLAGS.strategy == "sample" and (FLAGS.score or FLAGS.print_alignment):
@@ -82,21 +80,21 @@ def main(argv):
   cli.start(argv)
   from common import files
   from common.progress import ProgressBar
-  from tf_transformer import translation_io
-  from tf_transformer.inference import load_inference
+  from tf_transformer.bin import translation_io
 
   decode_config = shared_flags.decode_config_from_flags()
   search = shared_flags.per_call_search()
   _check_modes()
+  if FLAGS.constraints:  # before the model loads
+    from tf_transformer.decoding import strategies
+    strategies.check_constraints_allowed(decode_config)
   if FLAGS.score:  # both files are checked before the model loads
     sources = translation_io.read_lines(FLAGS.input)
     targets = translation_io.read_lines(FLAGS.targets)
     if len(sources) != len(targets):
       raise FlagError(f"{FLAGS.input or '<stdin>'} has {len(sources)} lines but "
                              f"{FLAGS.targets} has {len(targets)}; they must be line-aligned")
-  model = load_inference(FLAGS.saved_model, FLAGS.model_dir, FLAGS.src_lang, FLAGS.tgt_lang,
-                         decode_config, FLAGS.checkpoint if FLAGS["checkpoint"].present else None,
-                         *shared_flags.ensemble_from_flags())
+  model = shared_flags.model_from_flags(decode_config)
   batch_tokens = FLAGS.batch_tokens if FLAGS["batch_tokens"].present else None
   batch_size = FLAGS.batch_size if batch_tokens is None or FLAGS["batch_size"].present else None
   batching = dict(batch_size=batch_size, batch_tokens=batch_tokens)
@@ -140,7 +138,7 @@ def main(argv):
 
 def _read_aligned(name: str, count: int) -> list[str]:
   """The lines of the file of flag `name`, which must be as many as the input's."""
-  from tf_transformer import translation_io
+  from tf_transformer.bin import translation_io
   path = FLAGS[name].value
   lines = translation_io.read_lines(path)
   if len(lines) != count:

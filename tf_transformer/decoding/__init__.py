@@ -79,7 +79,7 @@ def decode(model, source_ids, config: DecodeConfig = DecodeConfig(), prefix_ids=
       scores = shortlist_lib.spread(scores, positions)
     return scores, tuple(new_self)
 
-  search = strategies.from_config(config)
+  search = strategies.from_config(config, constrained=constraints is not None)
   return search(symbols_to_logits_fn, tf.fill([tf.shape(source_ids)[0]], BOS_ID),
                 tuple(cache["self"] for cache in caches), max_decode_length=max_decode_length,
                 eos_id=EOS_ID, min_decode_length=config.min_decode_length,

@@ -14,7 +14,8 @@ Sizes: B rows, V vocabulary, L the width of the output ids.
 
 import tensorflow as tf
 
-from tf_transformer.decoding.search_ops import NEG_INF, force_prefix, length_penalty, top_k_rows
+from tf_transformer.decoding import logit_filters
+from tf_transformer.decoding.search_ops import NEG_INF, length_penalty, top_k_rows
 
 _MASK32 = 0xFFFFFFFF
 
@@ -103,7 +104,8 @@ def draw(logits, keys, top_k: int, top_p: float, temperature: float):
 def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_length,
            eos_id: int, *, top_k: int = 0, top_p: float = 1.0, temperature: float = 1.0,
            alpha: float = 0.0, min_decode_length=0, buffer_length=None, prefix_ids=None,
-           gives_log_probs: bool = False):
+           gives_log_probs: bool = False,
+           repetition: logit_filters.RepetitionControls = logit_filters.RepetitionControls()):
   """One random output per row, drawn token by token.
 
   Args:
@@ -122,6 +124,8 @@ def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_l
       beam_search.
     gives_log_probs: symbols_to_logits_fn gives the log-probabilities to score with (as in
       beam_search); the draws are from their softmax all the same.
+    repetition: logit_filters.RepetitionControls (the penalty changes the distribution drawn
+      from and scored, as in beam_search).
 
   Returns:
     ids: int32 [B, 1, L], EOS included, then 0s (a row that reached its limit has no EOS).
@@ -134,6 +138,7 @@ def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_l
   limits = tf.broadcast_to(tf.convert_to_tensor(max_decode_length, tf.int32), [batch])
   min_decode_length = tf.convert_to_tensor(min_decode_length, tf.int32)
   seeds = tf.convert_to_tensor(seeds, tf.int64)
+  filters = logit_filters.for_search(eos_id, 1, prefix_ids, repetition)
 
   def not_done(step, last_ids, ids, log_probs, lengths, finished, cache):
     return tf.logical_not(tf.reduce_all(finished | (step >= limits)))
@@ -141,12 +146,9 @@ def sample(symbols_to_logits_fn, initial_ids, initial_cache, seeds, max_decode_l
   def body(step, last_ids, ids, log_probs, lengths, finished, cache):
     logits, cache = symbols_to_logits_fn(last_ids, step, cache)
     logits = tf.cast(logits, tf.float32)  # -> [B, V]
-    vocab_size = tf.shape(logits)[-1]
-    eos_column = tf.one_hot(eos_id, vocab_size, on_value=NEG_INF, off_value=0.0)
-    allowed = tf.cond(step + 1 < min_decode_length, lambda: logits + eos_column,
-                      lambda: logits)
-    if prefix_ids is not None:
-      allowed = force_prefix(allowed, prefix_ids, step, 1)
+    context = logit_filters.context(filters, step, lambda: ids, step + 1 < min_decode_length)
+    logits = filters.transform(logits, context)
+    allowed = filters.mask(logits, context)
     tokens = draw(allowed, row_keys(seeds, step), top_k, top_p, temperature)
     token_log_probs = tf.gather(logits, tokens, batch_dims=1)
     if not gives_log_probs:

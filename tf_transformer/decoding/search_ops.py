@@ -1,5 +1,6 @@
 """What the searches share (beam search, sampling, constrained search): the masking value, the
-GNMT length penalty, a fast top-k over vocabulary rows and prefix forcing."""
+GNMT length penalty, a fast top-k over vocabulary rows, prefix forcing, and the reshapes between
+a beam's [B, K, ...] and its rows [B * K, ...]."""
 
 import tensorflow as tf
 
@@ -60,3 +61,26 @@ def force_prefix(logits, prefix_ids, step, beam_size: int):
   # past every prefix (or with none: the searches without one run as this one) the [B * K, V]
   # pass would change nothing
   return tf.cond(tf.reduce_any(forced > 0), masked, lambda: logits)
+
+
+def flatten_beam(x):
+  """[B, K, ...] -> [B * K, ...]."""
+  shape = tf.shape(x)
+  return tf.reshape(x, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
+
+
+def unflatten_beam(x, batch, beam_size):
+  """[B * K, ...] -> [B, K, ...]."""
+  return tf.reshape(x, tf.concat([[batch, beam_size], tf.shape(x)[1:]], axis=0))
+
+
+def expand_to_beam(x, beam_size):
+  """[B, ...] -> [B, K, ...] by repeating each row."""
+  x = tf.expand_dims(x, 1)
+  multiples = tf.concat([[1, beam_size], tf.ones([tf.rank(x) - 2], tf.int32)], axis=0)
+  return tf.tile(x, multiples)
+
+
+def gather_beams(x, indices):
+  """x [B, N, ...], indices [B, M] into axis 1 -> [B, M, ...]."""
+  return tf.gather(x, indices, axis=1, batch_dims=1)

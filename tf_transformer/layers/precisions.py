@@ -251,3 +251,17 @@ def _layers_with_kernels(model):
   return [getattr(layer, name) for stack in (model.encoder, model.decoder)
           for layer in stack.stack for name in ("self_attention", "cross_attention", "ffn")
           if hasattr(layer, name)]
+
+
+def inference_variables(models, precision: str) -> list:
+  """`convert`s each distinct model of `models` (an ensemble's members; a model listed twice
+  is converted once) to `precision`, and returns what inference reads of them: the values of
+  the variables that no copy replaced, then the new copies, each variable once."""
+  added, replaced = [], set()
+  distinct = {id(model): model for model in models}.values()
+  for model in distinct:
+    new, old = convert(model, precision)
+    added += new
+    replaced |= {variable.path for variable in old}
+  variables = {id(v): v for model in distinct for v in model.variables}.values()
+  return [v.value for v in variables if v.path not in replaced] + added

@@ -15,7 +15,7 @@ from tf_transformer.training import attention_plot, metrics
 from tf_transformer import checkpoints
 from tf_transformer.length_batching import translate_texts
 from tf_transformer.training.train_step import all_finite
-from tf_transformer.translator import Translator
+from tf_transformer.serving.translator import Translator
 
 _SAMPLES = 4  # dev translations shown in TensorBoard at each evaluation
 _ATTENTION_SENTENCES = 2  # the first dev sentences whose attention TensorBoard shows

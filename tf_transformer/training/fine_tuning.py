@@ -16,13 +16,13 @@ from common import files
 from data_pipeline import tokenizer
 from tf_transformer import checkpoints
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import FlagError, ModelConfig
+from tf_transformer.config import ConfigError, ModelConfig
 
 INIT_FILE = "init.json"
 # the ModelConfig fields that shape the weights; the dropout rates and skip_padding may change
 ARCHITECTURE = ("num_layers", "d_model", "num_heads", "d_ff", "norm_position", "shared_vocab",
                 "position_encoding", "max_relative_position")
-# the data flags that made OLD's subword models
+# the data settings that made OLD's subword models
 VOCABULARY = ("vocab_size", "spm_model_type", "spm_byte_fallback", "shared_vocab")
 
 
@@ -40,30 +40,30 @@ class Start:
   step: int
 
 
-def check_flags(init_from: str, flag_values, data_config):
-  """Refuses a flag given for the new run that contradicts OLD's architecture or vocabulary.
+def check_settings(init_from: str, given: dict, data_config):
+  """Refuses a setting given for the new run that contradicts OLD's architecture or vocabulary.
 
   Args:
     init_from: OLD's model directory.
-    flag_values: absl's FLAGS: a flag counts as given when it was set on the command line or
-      in a flagfile (`.present`).
+    given: {name: value} of the ARCHITECTURE and VOCABULARY settings the user gave for the new
+      run (the tools: the flags set on the command line or in a flagfile).
     data_config: the new run's DataConfig.
 
   Returns:
     `data_config` with OLD's vocabulary settings.
 
   Raises:
-    FlagError: naming the flag, its value and OLD's.
+    ConfigError: naming the setting, its value and OLD's.
   """
   old_config = dataclasses.asdict(model_dir_lib.read_config(init_from))
   old_data = model_dir_lib.read_data(init_from)
   recorded = {**{name: old_config[name] for name in ARCHITECTURE},
               **{name: old_data[name] for name in VOCABULARY if name in old_data}}
   for name, old_value in recorded.items():
-    if flag_values[name].present and flag_values[name].value != old_value:
-      raise FlagError(f"--{name}={flag_values[name].value} contradicts the model of "
-                      f"--init_from={init_from} ({name}={old_value}): fine-tuning keeps its "
-                      "architecture and vocabulary; drop the flag")
+    if name in given and given[name] != old_value:
+      raise ConfigError(f"{{{name}}} contradicts the model of {{init_from}} ({name}="
+                        f"{old_value}): fine-tuning keeps its architecture and vocabulary; "
+                        "drop it", **{name: given[name], "init_from": init_from})
   vocabulary = {name: value for name, value in recorded.items() if name in VOCABULARY}
   return dataclasses.replace(data_config, **vocabulary)
 
@@ -90,8 +90,8 @@ def origin(model_dir: str, init_from: str | None) -> str | None:
   fine-tuning, which never reads OLD again); None for a run trained from scratch.
 
   Raises:
-    FlagError: --init_from names a model for a model directory that holds a run trained from
-      scratch.
+    ConfigError: `init_from` names a model for a model directory that holds a run trained
+      from scratch.
   """
   resumed = tf.io.gfile.exists(model_dir) and checkpoints.latest_checkpoint(model_dir)
   if not resumed:
@@ -101,16 +101,16 @@ def origin(model_dir: str, init_from: str | None) -> str | None:
   if tf.io.gfile.exists(os.path.join(model_dir, INIT_FILE)):
     return model_dir
   if init_from:
-    raise FlagError(f"--init_from={init_from}: {model_dir} already holds a run trained from "
-                    "scratch; fine-tune into a new --model_dir")
+    raise ConfigError(f"{{init_from}}: {model_dir} already holds a run trained from scratch; "
+                      "fine-tune into a new model directory", init_from=init_from)
   return None
 
 
-def model_config(origin_dir: str, flag_values) -> ModelConfig:
-  """`origin_dir`'s architecture with the new run's dropout rates and skip_padding."""
-  changeable = {field.name: flag_values[field.name].value
-                for field in dataclasses.fields(ModelConfig)
-                if field.name not in ARCHITECTURE and field.name in flag_values}
+def model_config(origin_dir: str, settings: dict) -> ModelConfig:
+  """`origin_dir`'s architecture with the new run's dropout rates and skip_padding, from
+  `settings` ({ModelConfig field: value}; the architecture's fields in it are not read)."""
+  changeable = {field.name: settings[field.name] for field in dataclasses.fields(ModelConfig)
+                if field.name not in ARCHITECTURE and field.name in settings}
   return dataclasses.replace(model_dir_lib.read_config(origin_dir), **changeable)
 
 

@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 from tests import testutil
 
 
@@ -30,7 +32,7 @@ def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(t
   import tensorflow as tf
   import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
 
-  from tf_transformer import inference
+  from tf_transformer import loading
 
   members = f"{tiny_model_dir},{tiny_model_dir}"
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
@@ -47,12 +49,54 @@ def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(t
   sizes = [sum(int(np.prod(v.shape)) for v in tf.saved_model.load(folder).model_variables)
            for folder in (version, single.stdout.strip().splitlines()[-1])]
   assert sizes[0] == 2 * sizes[1]
-  library = inference.load([str(tiny_model_dir)] * 2, weights=(1, 3), beam_size=2,
+  library = loading.load([str(tiny_model_dir)] * 2, weights=(1, 3), beam_size=2,
                            extra_decode_length=4, max_source_length=32)
   texts = ["aa bb", "cc dd ee", "", "ff gg hh ii"]
-  exported = inference.load(version)
+  exported = loading.load(version)
   testutil.assert_translate_alike(exported, library, texts, nbest=2)
   sampled = dict(strategy="sample", seed=5, sampling_temperature=1.0)
   assert exported.translate(texts, **sampled) == library.translate(texts, **sampled)
   np.testing.assert_allclose(exported.score(texts, texts), library.score(texts, texts),
                              rtol=1e-5)
+
+
+def test_the_repetition_controls_are_compiled_into_an_export_as_the_library_applies_them(
+    tiny_model_dir, tmp_path):
+  """--no_repeat_ngram_size=1 --repetition_penalty=1.5: recorded in decoding.json, fixed in the
+  export's beam search and sampling, whose outputs are the library's under the same settings
+  (and translate's with the same flags): no target piece twice, unlike the model's own."""
+  import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
+
+  from tf_transformer import checkpoints, loading
+  from tf_transformer.model_dir import ModelDirError
+
+  controls = dict(no_repeat_ngram_size=1, repetition_penalty=1.5)
+  result = export(tiny_model_dir, tmp_path / "e", "--nodecode_jit", "--beam_size=2",
+                  "--extra_decode_length=6", *(f"--{name}={value}" for name, value in
+                                               controls.items()))
+  assert result.returncode == 0, result.stderr
+  settings = json.loads((tmp_path / "e" / "1" / "assets.extra" / "decoding.json").read_text())
+  assert {name: settings[name] for name in controls} == controls
+  texts = ["aa bb", "cc dd ee", "", "ff gg hh ii jj kk"]
+  search = dict(beam_size=2, extra_decode_length=6, max_source_length=32)
+  library = loading.load(str(tiny_model_dir), **search, **controls)
+  exported = loading.load(result.stdout.strip().splitlines()[-1])
+  testutil.assert_translate_alike(exported, library, texts, nbest=2)
+  sampled = dict(strategy="sample", seed=5)
+  assert exported.translate(texts, **sampled) == library.translate(texts, **sampled)
+  target = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
+  outputs = library.translate(texts)
+  plain = loading.load(str(tiny_model_dir), **search).translate(texts)
+  pieces = [list(target.tokenize(text).numpy()) for text in outputs]
+  assert all(len(set(row)) == len(row) for row in pieces), pieces
+  assert outputs != plain
+  translated = testutil.run_cli("tf_transformer.bin.translate", "--flagfile=flags/tiny.cfg",
+                                f"--model_dir={tiny_model_dir}", "--beam_size=2",
+                                "--extra_decode_length=6",
+                                *(f"--{name}={value}" for name, value in controls.items()),
+                                stdin="\n".join(texts) + "\n")
+  assert translated.returncode == 0, translated.stderr
+  assert translated.stdout.splitlines() == outputs
+  # a SavedModel's controls are fixed at export
+  with pytest.raises(ModelDirError, match="no_repeat_ngram_size=1 is fixed"):
+    exported.translate(texts, no_repeat_ngram_size=2)

@@ -17,7 +17,7 @@ _KILLED_RUN = """
 import os, signal, sys
 import tensorflow as tf
 from absl import app
-from tf_transformer.training import evaluator, trainer
+from tf_transformer.training import evaluator, run, trainer
 from tf_transformer.bin import train
 
 moment = sys.argv.pop(1)
@@ -36,8 +36,8 @@ def half_written(directory, number):
 
 
 if moment == "startup":  # the trainer is built, no step has run
-  create = trainer.create_trainer
-  trainer.create_trainer = lambda *args: (create(*args), die())
+  create = run.create_trainer
+  run.create_trainer = lambda *args: (create(*args), die())
 elif moment == "mid_step":  # step 6 was applied in memory, nothing of it saved
   note, calls = trainer.Trainer._note_shapes, []
   def noting(self, shapes):

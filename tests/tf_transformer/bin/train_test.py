@@ -259,15 +259,15 @@ def test_jit_compile_needs_padded_rows(tmp_path):
 _PRECISION_PROBE = """
 import sys
 from absl import app
-from tf_transformer.training import trainer
+from tf_transformer.training import run
 from tf_transformer.bin import train
 
-create = trainer.create_model
+create = run.create_model
 def probed(*args):
   model, optimizer = create(*args)
   print(f"computes in {model.compute_dtype}, keeps {model.variable_dtype}", file=sys.stderr)
   return model, optimizer
-trainer.create_model = probed
+run.create_model = probed
 
 sys.argv = ["train", *sys.argv[1:]]
 app.run(train.main)

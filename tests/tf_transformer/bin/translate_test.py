@@ -16,9 +16,10 @@ from tests import testutil
 from tf_transformer import decoding
 
 from tf_transformer import checkpoints
-from tf_transformer import translation_io
+from tf_transformer.bin import translation_io
 from tf_transformer.config import DecodeConfig
-from tf_transformer.inference import InferenceFunctions, TranslationModel, load_inference
+from tf_transformer import loading
+from tf_transformer.inference import InferenceFunctions, TranslationModel
 from tf_transformer.length_batching import count_words
 
 LINES = ["aa bb cc", "", "dd ee", "ff", "", "gg hh ii jj"]
@@ -34,8 +35,9 @@ def translate(model_dir, *args, stdin=None):
 @pytest.fixture(scope="module")
 def model(tiny_model_dir):
   """The model in-process, with the search of `translate()`'s flags (tiny.cfg's max_length)."""
-  return load_inference(None, str(tiny_model_dir), "en", "de",
-                        DecodeConfig(beam_size=2, max_source_length=32, extra_decode_length=4))
+  return loading.load_model_dir(
+      str(tiny_model_dir), "en", "de",
+      DecodeConfig(beam_size=2, max_source_length=32, extra_decode_length=4))
 
 
 def test_translate_keeps_order_and_empty_lines(tiny_model_dir, tmp_path):
@@ -232,8 +234,8 @@ def test_a_saved_model_translates_scores_and_aligns_as_its_model_directory(
   targets = [target for _, target in dev[:8]] + ["w1", "w2 w1"]
   source = testutil.write_lines(tmp_path / "source.txt", sources)
   target = testutil.write_lines(tmp_path / "target.txt", targets)
-  library = load_inference(None, str(model_dir), "src", "tgt",
-                           testutil.REVERSAL_EXPORT_SEARCH)
+  library = loading.load_model_dir(str(model_dir), "src", "tgt",
+                                   testutil.REVERSAL_EXPORT_SEARCH)
   saved = (None, f"--saved_model={reversal_export}", f"--input={source}")
   best, nbest, scored, aligned, sampled = (translate(*saved, *args) for args in (
       (), ("--nbest=2",), ("--score", f"--targets={target}"), ("--print_alignment",),

@@ -12,12 +12,13 @@ import tensorflow as tf
 import tf_transformer
 from data_pipeline.token_ids import PAD_ID
 from tests import testutil
-from tests.tf_transformer.translator_test import TEXTS, no_candidates_lexicon
+from tests.tf_transformer.serving.translator_test import TEXTS, no_candidates_lexicon
 from tf_transformer import checkpoints, decoding
 from tf_transformer.decoding import shortlist
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.lexical_constraints import ConstraintError, Constraints
-from tf_transformer.translator import Translator, _trimmed
+from tf_transformer.serving.constraint_requests import trimmed as _trimmed
+from tf_transformer.serving.translator import Translator
 
 SEARCH = dict(beam_size=2, max_source_length=10, extra_decode_length=5)  # the export's
 

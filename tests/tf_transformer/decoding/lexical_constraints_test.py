@@ -13,6 +13,7 @@ from tests.tf_transformer.decoding.beam_search_test import (EOS, START, MAX_LENG
                                                    sequence_log_prob, toy_logits)
 from tf_transformer.decoding import lexical_constraints as lc
 from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.constrained_search import constrained_beam_search
 from tf_transformer.decoding.search_ops import NEG_INF, length_penalty
 
 
@@ -102,9 +103,9 @@ def test_banked_top_k_takes_the_best_of_each_bank_in_turn():
 
 def constrained_search(beam_size, positive, negative=None, alpha=0.6, max_length=MAX_LENGTH):
   batch = len(positive)
-  ids, scores = beam_search(toy_logits, tf.fill([batch], START),
-                            {"sum": tf.zeros([batch], tf.int32)}, beam_size, alpha, max_length,
-                            EOS, constraints=constraints_of(positive, negative))
+  ids, scores = constrained_beam_search(
+      toy_logits, tf.fill([batch], START), {"sum": tf.zeros([batch], tf.int32)}, beam_size,
+      alpha, max_length, EOS, constraints_of(positive, negative))
   return ids.numpy(), scores.numpy()
 
 
@@ -203,8 +204,8 @@ def test_a_hypothesis_that_met_its_term_early_survives_a_narrow_beam():
                                                                            repeat=n)]
   best = max((o for o in outputs if t in o), key=score)
   assert best == (t, b, c, eos)
-  ids, scores = beam_search(lambda ids, step, cache: (tf.gather(logits, ids), cache),
-                            tf.fill([1], start), {"unused": tf.zeros([1])}, 2, 0.6, 6, eos,
-                            constraints=constraints_of([[[t]]]))
+  ids, scores = constrained_beam_search(
+      lambda ids, step, cache: (tf.gather(logits, ids), cache), tf.fill([1], start),
+      {"unused": tf.zeros([1])}, 2, 0.6, 6, eos, constraints_of([[[t]]]))
   assert tuple(ids[0, 0, :4].numpy()) == best
   np.testing.assert_allclose(scores[0, 0], score(best), rtol=1e-5)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding import lexical_constraints, sampling, strategies
 
 EOS = 1
@@ -218,11 +219,15 @@ def test_a_smaller_top_k_or_top_p_only_removes_candidates():
 
 def test_the_sampling_strategy_refuses_lexical_constraints():
   """Constraints are a beam search's (it keeps hypotheses by the terms they met); a sample
-  under them is refused, not drawn without them."""
+  under them is refused, not drawn without them: in from_config, and by the strategy itself."""
+  with pytest.raises(strategies.ConstraintsNeedBeamError) as error:
+    strategies.from_config(DecodeConfig(strategy="sample"), constrained=True)
+  assert str(error.value) == "lexical constraints need a beam search, not strategy=sample"
+  assert error.value.as_flags() == "lexical constraints need a beam search, not --strategy=sample"
   strategy = strategies.RandomSampling(top_k=0, top_p=1.0, temperature=1.0, alpha=0.0)
   constraints = lexical_constraints.Constraints(tf.constant([[3]]), tf.constant([[False]]),
                                                 tf.zeros([1, 0, 0], tf.int32))
-  with pytest.raises(ValueError, match="lexical constraints need beam search"):
+  with pytest.raises(strategies.ConstraintsNeedBeamError):
     strategy(_constant_logits, tf.zeros([1], tf.int32), {}, max_decode_length=3, eos_id=EOS,
              min_decode_length=0, buffer_length=3, seeds=tf.constant([1], tf.int64),
              constraints=constraints)

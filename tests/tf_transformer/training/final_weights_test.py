@@ -17,7 +17,7 @@ from tf_transformer import length_batching
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import DecodeConfig
 from tf_transformer.model import build_model
-from tf_transformer.translator import Translator
+from tf_transformer.serving.translator import Translator
 
 
 def test_the_run_records_every_dev_score_and_keeps_the_winner(reversal_model):

@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from tests import testutil
 from tf_transformer import checkpoints
-from tf_transformer.training import fine_tuning, trainer
+from tf_transformer.training import fine_tuning, run
 from tf_transformer import model_dir as model_dir_lib
-from tf_transformer.config import DataConfig, FlagError, ModelConfig, TrainConfig
+from tf_transformer.config import ConfigError, DataConfig, ModelConfig, TrainConfig
 
 def reverse_and_shift(n):
   return (n + 5) % testutil.TASK_WORDS
@@ -62,7 +62,7 @@ def test_a_run_starts_from_the_weights_of_init_from_with_a_fresh_optimizer(
   # Adam's moments after one step of a fresh optimizer: m = (1 - b1) g and v = (1 - b2) g^2,
   # so v = 2 m^2 (b1 0.9, b2 0.98); moments carried over from OLD's 300 steps would not be
   model_config = model_dir_lib.read_config(str(new))
-  model, optimizer = trainer.create_model(
+  model, optimizer = run.create_model(
       model_config, TrainConfig(model_dir=str(new), mixed_precision="float32"),
       tf.distribute.get_strategy())
   checkpoints.restore(tf.train.Checkpoint(model=model, optimizer=optimizer), str(new / "ckpt-1"),
@@ -111,13 +111,13 @@ def test_a_flag_that_contradicts_init_from_is_a_one_line_error(reversal_model, s
   result = train(second_task, tmp_path / "new", f"--init_from={old}", "--d_model=32")
   testutil.assert_one_line_error(
       result, f"error: --d_model=32 contradicts the model of --init_from={old} (d_model=64): "
-      "fine-tuning keeps its architecture and vocabulary; drop the flag")
+      "fine-tuning keeps its architecture and vocabulary; drop it")
   scratch = tmp_path / "scratch"
   assert train(second_task, scratch, "--train_steps=1").returncode == 0
   result = train(second_task, scratch, f"--init_from={old}", "--train_steps=2")
   testutil.assert_one_line_error(
       result, f"error: --init_from={old}: {scratch} already holds a run trained from scratch; "
-      "fine-tune into a new --model_dir")
+      "fine-tune into a new model directory")
 
 
 def test_fine_tuning_learns_a_second_task_faster_than_training_from_scratch(
@@ -140,6 +140,13 @@ TINY_MODEL = ModelConfig(64, 64, num_layers=2, d_model=64, num_heads=4, d_ff=128
 TINY_DATA = DataConfig(src_lang="src", tgt_lang="tgt", vocab_size=64)
 
 
+def _given(flag_values) -> dict:
+  """The fine-tuning settings given as flags, as train passes them."""
+  return {name: flag_values[name].value
+          for name in fine_tuning.ARCHITECTURE + fine_tuning.VOCABULARY
+          if flag_values[name].present}
+
+
 @pytest.fixture
 def tiny_old_model(tmp_path):
   """A model directory's records (config.json, data.json) of a tiny.cfg run: all that
@@ -156,13 +163,14 @@ def test_fine_tuning_may_change_the_dropout_rates_and_skip_padding(tiny_old_mode
   flag_values = testutil.parse_flags(
       "tiny", "--dropout_rate=0.3", "--attention_dropout_rate=0.2", "--relu_dropout_rate=0.1",
       "--noskip_padding")
-  data_config = fine_tuning.check_flags(
-      tiny_old_model, flag_values,
+  data_config = fine_tuning.check_settings(
+      tiny_old_model, _given(flag_values),
       DataConfig(src_lang="src", tgt_lang="tgt", spm_model_type="bpe", spm_byte_fallback=True,
                  shared_vocab=False))
   assert (data_config.vocab_size, data_config.spm_model_type, data_config.spm_byte_fallback,
           data_config.shared_vocab) == (64, "unigram", False, True)
-  assert fine_tuning.model_config(tiny_old_model, flag_values) == ModelConfig(
+  settings = {name: flag_values[name].value for name in flag_values}
+  assert fine_tuning.model_config(tiny_old_model, settings) == ModelConfig(
       64, 64, num_layers=2, d_model=64, num_heads=4, d_ff=128, dropout_rate=0.3,
       attention_dropout_rate=0.2, relu_dropout_rate=0.1, skip_padding=False)
 
@@ -179,10 +187,16 @@ def test_every_architecture_and_vocabulary_flag_that_contradicts_init_from_is_re
     tiny_old_model, flag, name, given, old):
   """Each flag the fine-tuning section names is refused in one line naming it, its value and
   OLD's, when it differs from OLD's; given with OLD's value it is accepted."""
-  with pytest.raises(FlagError) as error:
-    fine_tuning.check_flags(tiny_old_model, testutil.parse_flags("tiny", flag), DataConfig())
+  with pytest.raises(ConfigError) as error:
+    fine_tuning.check_settings(tiny_old_model, _given(testutil.parse_flags("tiny", flag)),
+                               DataConfig())
+  # the library names the setting, the tools the flag
   assert str(error.value) == (
+      f"{name}={given} contradicts the model of init_from={tiny_old_model} ({name}={old}): "
+      "fine-tuning keeps its architecture and vocabulary; drop it")
+  assert error.value.as_flags() == (
       f"--{name}={given} contradicts the model of --init_from={tiny_old_model} ({name}={old}): "
-      "fine-tuning keeps its architecture and vocabulary; drop the flag")
-  fine_tuning.check_flags(tiny_old_model, testutil.parse_flags("tiny", f"--{name}={old}"),
-                          DataConfig())
+      "fine-tuning keeps its architecture and vocabulary; drop it")
+  fine_tuning.check_settings(tiny_old_model,
+                             _given(testutil.parse_flags("tiny", f"--{name}={old}")),
+                             DataConfig())

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tests import testutil
 from tf_transformer import checkpoints, runtime
+from tf_transformer.training import run as run_lib
 from tf_transformer.training import trainer
 from tf_transformer.bin import shared_flags
 
@@ -35,7 +36,7 @@ def build_trainer(data_dir, model_dir, *args):
   data = ParallelData(shared_flags.data_config_from_flags(), model_dir)
   model_config = shared_flags.model_config_from_flags(data.vocabulary.source_size,
                                                  data.vocabulary.target_size)
-  return trainer.create_trainer(data, model_config, train_config,
+  return run_lib.create_trainer(data, model_config, train_config,
                                 shared_flags.decode_config_from_flags(), strategy)
 
 
@@ -131,7 +132,7 @@ _IN_A_FRESH_PROCESS = """
 import sys
 from tf_transformer.bin import cli
 cli.set_tensorflow_environment()
-from tests.tf_transformer import trainer_test
+from tests.tf_transformer.training import trainer_test
 getattr(trainer_test, sys.argv[1])(*sys.argv[2:])
 """
 

@@ -3,7 +3,7 @@
 
 import sys
 
-from tf_transformer.config import FlagError
+from tf_transformer.bin.cli import FlagError
 
 
 def iter_lines(path: str | None):

@@ -1,4 +1,5 @@
-"""export/serving.py: the batching parameters file, and writes through tf.io.gfile to a URI."""
+"""tf_transformer/serving/export_format.py: the batching parameters file, and writes through
+tf.io.gfile to a URI."""
 
 import inspect
 
@@ -7,9 +8,9 @@ import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf import wrappers_pb2
 
-from export import serving
+from tf_transformer.serving import export_format
 from tests import testutil
-from tf_transformer.translator import Translator
+from tf_transformer.serving.translator import Translator
 
 # BatchingParameters of tensorflow_serving/servables/tensorflow/session_bundle_config.proto (the
 # Python package tensorflow-serving-api does not ship it): name -> (number, type, wrapper type)
@@ -48,7 +49,7 @@ def parse_batching_parameters(text: str):
 
 def test_batching_parameters_match_the_translator_and_explain_each_value():
   translator_batch = inspect.signature(Translator).parameters["max_batch_size"].default
-  text = serving.batching_parameters(translator_batch)
+  text = export_format.batching_parameters(translator_batch)
   parameters = parse_batching_parameters(text)
   assert parameters.max_batch_size.value == translator_batch == 64
   # Translator._decode pads a batch to the next power of two: the server forms the same shapes
@@ -60,7 +61,8 @@ def test_batching_parameters_match_the_translator_and_explain_each_value():
     if line and not line.startswith("#") and not lines[index - 1].startswith("allowed_"):
       assert lines[index - 1].startswith("# "), f"no comment explains {line!r}"
   # TF Serving's rule: the last allowed size is max_batch_size, also when not a power of two
-  assert list(parse_batching_parameters(serving.batching_parameters(48)).allowed_batch_sizes) \
+  parameters = parse_batching_parameters(export_format.batching_parameters(48))
+  assert list(parameters.allowed_batch_sizes) \
       == [1, 2, 4, 8, 16, 32, 48]
 
 
@@ -68,17 +70,17 @@ def test_batching_parameters_file_is_written_once_and_an_edit_is_kept(tmp_path, 
                                                                      monkeypatch):
   testutil.capture_absl_info(caplog, monkeypatch)
   export_dir = f"file://{tmp_path}/model"  # through tf.io.gfile: a URI works like a path
-  path = serving.write_batching_parameters(export_dir, 64)
+  path = export_format.write_batching_parameters(export_dir, 64)
   assert path == f"{export_dir}/batching_parameters.txt"
   written = tmp_path / "model" / "batching_parameters.txt"
-  assert written.read_text() == serving.batching_parameters(64)
+  assert written.read_text() == export_format.batching_parameters(64)
   assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["batching_parameters.txt"]
 
-  serving.write_batching_parameters(export_dir, 64)  # the same: nothing to say
+  export_format.write_batching_parameters(export_dir, 64)  # the same: nothing to say
   assert "kept" not in caplog.text
   edited = written.read_text().replace("value: 5000", "value: 1000")
   written.write_text(edited)
-  serving.write_batching_parameters(export_dir, 64)
+  export_format.write_batching_parameters(export_dir, 64)
   assert written.read_text() == edited
   assert f"kept {path}" in caplog.text
   assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["batching_parameters.txt"]
@@ -96,11 +98,11 @@ def test_failed_export_to_a_uri_leaves_no_partial_version(tmp_path):
   signatures = {"serving_default": module.serve.get_concrete_function()}
   export_dir = f"file://{tmp_path}/model"
   with pytest.raises(TypeError, match="not JSON serializable"):
-    serving.save_version(module, signatures, export_dir, 3, {"bad": object()})
+    export_format.save_version(module, signatures, export_dir, 3, {"bad": object()})
   assert list((tmp_path / "model").iterdir()) == []  # neither 3/ nor its temporary 3.tmp-*/
 
-  assert serving.save_version(module, signatures, export_dir, 3, {}) == f"{export_dir}/3"
+  assert export_format.save_version(module, signatures, export_dir, 3, {}) == f"{export_dir}/3"
   assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["3"]
   loaded = tf.saved_model.load(f"{export_dir}/3").signatures["serving_default"]
   assert loaded(inputs=tf.constant(["a"]))["outputs"].numpy().tolist() == [b"a"]
-  assert serving.next_version(export_dir, 3) == 4
+  assert export_format.next_version(export_dir, 3) == 4

@@ -12,7 +12,7 @@ from data_pipeline.token_ids import EOS_ID, PAD_ID
 from tf_transformer import checkpoints, decoding
 from tf_transformer.decoding import shortlist
 from tf_transformer.config import DataConfig, DecodeConfig
-from tf_transformer.translator import Translator
+from tf_transformer.serving.translator import Translator
 
 # the reversal model's shortlist, of its 20 pieces: EOS and up to 8 lexical pieces (a sentence
 # of 6 numbers, "▁w" and its candidates' most frequent number), and the candidates per source

@@ -1,0 +1,46 @@
+"""The SavedModel contract (tf_transformer/serving/signatures.py) against what a Translator
+serves and what docs/serving.md says."""
+
+import pathlib
+
+import tensorflow as tf
+
+from tf_transformer import checkpoints
+from tf_transformer.config import DecodeConfig
+from tf_transformer.serving import signatures
+from tf_transformer.serving.translator import Translator
+
+_DOCS = pathlib.Path(__file__).parents[3] / "docs" / "serving.md"
+
+
+def test_docs_show_the_contracts_tables():
+  assert signatures.markdown_table() in _DOCS.read_text()
+
+
+def test_a_translator_serves_the_contract(tiny_model_dir):
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
+  translator = Translator(model, vocabulary, DecodeConfig(beam_size=3, decode_jit=False))
+  served = translator.signatures()
+  assert list(served) == list(signatures.NAMES)
+  for signature in signatures.SIGNATURES:
+    function = served[signature.name]
+    # (positional in the module, keywords once saved: the names are the specs')
+    inputs = tf.nest.flatten(function.structured_input_signature)
+    assert [(spec.name, spec.dtype, spec.shape.as_list()) for spec in inputs] == [
+        (tensor.name, tensor.dtype, [None]) for tensor in signature.inputs], signature.name
+    outputs = function.structured_outputs
+    assert {name: (spec.dtype, spec.shape.rank) for name, spec in outputs.items()} == {
+        tensor.name: (tensor.dtype, tensor.shape.count(",") + 1)
+        for tensor in signature.outputs}, signature.name
+  # positional calls take the contract's order: a prefix where the prefix goes
+  texts, prefixes = tf.constant(["aa bb", "cc"]), tf.constant(["", "dd"])
+  by_order = translator.translate_prefix(texts, prefixes)
+  by_name = signatures.call(served["translate_prefix"], "translate_prefix", texts, prefixes)
+  assert by_order["outputs"].numpy().tolist() == by_name["outputs"].numpy().tolist()
+
+
+def test_the_batched_signatures_are_those_whose_outputs_keep_a_rows_width():
+  # align's outputs are as wide as the longest input of its batch: merging would widen them
+  assert set(signatures.NAMES) - set(signatures.BATCHED) == {"align"}
+  assert set(signatures.COMPILING) <= set(signatures.BATCHED)
+

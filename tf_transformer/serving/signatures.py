@@ -1,0 +1,160 @@
+"""The SavedModel's contract, declared once: each signature's name, the Translator method that
+serves it, its inputs (dtype, shape, what bounds each) and outputs, whether concurrent requests
+to it merge under in-graph batching, and what its warm-up requests send.
+
+The export (Translator.signatures), the warm-up records (warmup.py), `load()`'s calls
+(tf_transformer.inference), docs/serving.md's signature table (`markdown_table`, checked by a
+test) and the hostile-request tests all read it from here.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+# What a warm-up request sends to an input (warmup.py): the request's texts, the forced prefix
+# of every warm-up, no constraint, or each row's index (the seeds)
+TEXTS, PREFIX, NO_CONSTRAINT, ROW_INDEX = "texts", "prefix", "no constraint", "row index"
+
+# A subword piece is at most 16 characters (SentencePiece's max_sentencepiece_length) of at most
+# 4 bytes, with white space around it: the bytes of a text that its first pieces can come from.
+BYTES_PER_PIECE = 128
+
+_ROW_TEXT = (f"a row's first max_source_length pieces, read from its first {BYTES_PER_PIECE} "
+             "bytes a piece")
+_ROWS = "any number of rows, searched max_batch_size at a time"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+  """One input or output of a signature.
+
+  Attributes:
+    name: its key in a request or a response.
+    dtype: tf.string, tf.int64, tf.float32 or tf.int32.
+    shape: as documented, e.g. "[None]", "[None, beam]" (the first dimension: the rows).
+    bound: what bounds an input whatever a client sends ("" for outputs).
+    warmup: what a warm-up request sends to an input (TEXTS, PREFIX, NO_CONSTRAINT,
+      ROW_INDEX).
+  """
+  name: str
+  dtype: tf.DType
+  shape: str = "[None]"
+  bound: str = ""
+  warmup: str = TEXTS
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+  """One signature of the SavedModel.
+
+  Attributes:
+    name: the signature's name.
+    method: the Translator method (a tf.function over `inputs`, in their order) behind it.
+    inputs, outputs: its Tensors; every input is [None], one value a row.
+    note: what the outputs mean beyond their shapes (docs/serving.md's table).
+    batched: concurrent requests merge into one search under in-graph batching. Not `align`:
+      its outputs are as wide as the longest input of the batch, so a merged batch would widen
+      a caller's.
+    compiles: (of the batched) its searches compile every XLA program the batched signatures
+      run: the others run the same searches (a forced prefix of the narrowest bucket runs the
+      program of none) or none that is compiled (`score`), so warming these at every batch
+      size warms all.
+  """
+  name: str
+  method: str
+  inputs: tuple
+  outputs: tuple
+  note: str = ""
+  batched: bool = True
+  compiles: bool = False
+
+  @property
+  def input_names(self) -> tuple:
+    return tuple(tensor.name for tensor in self.inputs)
+
+  def input_specs(self) -> list:
+    """tf.TensorSpecs of the inputs, named as in a request: the method's input_signature."""
+    return [tf.TensorSpec([None], tensor.dtype, name=tensor.name) for tensor in self.inputs]
+
+
+_INPUTS = Tensor("inputs", tf.string, bound=_ROW_TEXT)
+_PREFIX = Tensor("prefix", tf.string, bound=_ROW_TEXT, warmup=PREFIX)
+_CONSTRAINTS = Tensor("constraints", tf.string, warmup=NO_CONSTRAINT, bound=(
+    "at most 2 x max_constraint_tokens phrases a row, each of at most "
+    f"{BYTES_PER_PIECE} x max_constraint_tokens bytes (more is refused)"))
+_SEED = Tensor("seed", tf.int64, bound="any int64", warmup=ROW_INDEX)
+_BEST = (Tensor("outputs", tf.string), Tensor("scores", tf.float32))
+_NBEST = (Tensor("outputs", tf.string, "[None, beam]"),
+          Tensor("scores", tf.float32, "[None, beam]"))
+
+SIGNATURES = (
+    Signature("serving_default", "serve", (_INPUTS,), _BEST, "the best translation",
+              compiles=True),
+    Signature("translate_nbest", "translate_nbest", (_INPUTS,), _NBEST,
+              "the beam's outputs, best first"),
+    Signature("translate_prefix", "translate_prefix", (_INPUTS, _PREFIX), _NBEST,
+              "each output begins with its prefix"),
+    Signature("translate_constrained", "translate_constrained", (_INPUTS, _CONSTRAINTS),
+              _NBEST, "each output contains each tab-separated phrase of its `constraints` row "
+              "and none written with a leading `!`", compiles=True),
+    Signature("translate_constrained_prefix", "translate_constrained_prefix",
+              (_INPUTS, _CONSTRAINTS, _PREFIX), _NBEST,
+              "as `translate_constrained`, each output beginning with its prefix"),
+    Signature("sample", "sample", (_INPUTS, _SEED), _BEST, "one random sample a row",
+              compiles=True),
+    Signature("sample_prefix", "sample_prefix", (_INPUTS, _PREFIX, _SEED), _BEST,
+              "as `sample`, each output beginning with its prefix"),
+    Signature("score", "score",
+              (Tensor("source", tf.string, bound=_ROW_TEXT),
+               Tensor("target", tf.string, bound=_ROW_TEXT)),
+              (Tensor("log_prob", tf.float32),), "with the export's alpha"),
+    Signature("align", "align", (_INPUTS,),
+              (Tensor("outputs", tf.string), Tensor("source_tokens", tf.string, "[None, S]"),
+               Tensor("target_tokens", tf.string, "[None, T]"),
+               Tensor("attention", tf.float32, "[None, T, S]")),
+              "the subword pieces read and written (`</s>` included, `\"\"` as padding) and "
+              "the last decoder layer's attention between them", batched=False),
+)
+
+BY_NAME = {signature.name: signature for signature in SIGNATURES}
+# The signature every export has had since the first: what load() checks an export by, and
+# whose outputs' width is the beam of an export without decoding.json
+NBEST = "translate_nbest"
+NAMES = tuple(BY_NAME)
+BATCHED = tuple(signature.name for signature in SIGNATURES if signature.batched)
+COMPILING = tuple(signature.name for signature in SIGNATURES if signature.compiles)
+
+
+def call(function, name: str, *args) -> dict:
+  """A signature's function (a loaded SavedModel's, which takes keywords) called with
+  positional `args` in the order of its inputs."""
+  return function(**dict(zip(BY_NAME[name].input_names, args)))
+
+
+_DTYPE_NAMES = {tf.string: "string", tf.int64: "int64", tf.float32: "float", tf.int32: "int32"}
+
+
+def _described(tensors) -> str:
+  """"`a`, `b`: string `[None]`, `c`: int64 `[None]`": runs of one dtype and shape joined."""
+  runs = []
+  for tensor in tensors:
+    kind = f"{_DTYPE_NAMES[tensor.dtype]} `{tensor.shape}`"
+    if runs and runs[-1][1] == kind:
+      runs[-1][0].append(tensor.name)
+    else:
+      runs.append(([tensor.name], kind))
+  return ", ".join(", ".join(f"`{name}`" for name in names) + f": {kind}"
+                   for names, kind in runs)
+
+
+def markdown_table() -> str:
+  """docs/serving.md's tables, as the contract declares them: the signatures, then what bounds
+  each input whatever a client sends."""
+  lines = ["| signature | inputs | outputs |", "|---|---|---|"]
+  for signature in SIGNATURES:
+    lines.append(f"| `{signature.name}` | {_described(signature.inputs)} | "
+                 f"{_described(signature.outputs)}: {signature.note} |")
+  inputs = {tensor.name: tensor for signature in SIGNATURES for tensor in signature.inputs}
+  lines += ["", "| input | bound |", "|---|---|", f"| (rows) | {_ROWS} |"]
+  lines += [f"| `{tensor.name}` | {tensor.bound} |" for tensor in inputs.values()]
+  return "\n".join(lines)
