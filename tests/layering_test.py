@@ -1,4 +1,4 @@
-"""The packages' import order (README "Layout"): every project module imports only modules of
+"""The packages' import order (docs/layout.md): every project module imports only modules of
 its own layer or of a lower one, at the top of the file or inside a function, and no two
 modules import each other, directly or around a cycle."""
 
@@ -29,7 +29,7 @@ def layer_of(module: str) -> int:
   """The index in LAYERS of a project module's layer."""
   matches = [(len(name), index) for index, names in enumerate(LAYERS) for name in names
              if module == name or (module.startswith(name + ".") and name not in _EXACT)]
-  assert matches, f"{module} is in no layer: add it to LAYERS and to README's Layout"
+  assert matches, f"{module} is in no layer: add it to LAYERS and to docs/layout.md"
   return max(matches)[1]
 
 

@@ -1,5 +1,5 @@
-"""README.md's layout section is the tree: every path it names exists, and every module of the
-packages, tools and benchmarks is named in it."""
+"""docs/layout.md is the tree: every path it names exists, and every module of the packages,
+tools and benchmarks is named in it."""
 
 import re
 
@@ -12,9 +12,7 @@ FOLDERS = ("common", "data_pipeline", "tf_transformer", "tf_transformer/layers",
 
 
 def _layout() -> str:
-  readme = (testutil.ROOT / "README.md").read_text()
-  section = readme.split("\n## Layout\n", 1)[1]
-  return section.split("```", 2)[1]
+  return (testutil.ROOT / "docs" / "layout.md").read_text().split("```", 2)[1]
 
 
 def test_every_path_the_layout_names_exists():
