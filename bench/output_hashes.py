@@ -32,8 +32,10 @@ called through their signatures. What it runs, on a word-reversal task it writes
 Each row is the sha256 of a canonical serialisation of an output: texts as they are, floats
 exactly (float.hex), arrays as dtype, shape and raw bytes. What differs from run to run of the
 same code is left out, each where it is read: timings (scalars in seconds, the training clock
-in checkpoints, checkpoint state files' timestamps), the hparams' start time, the temporary
-folder SentencePiece records in its model, and this run's folder (written "<workdir>"). The
+in checkpoints, checkpoint state files' timestamps, progress lines), the hparams' start time,
+the size of the dataset iterator's saved state, the temporary folder SentencePiece records in
+its model, the order of the warm-up requests' protobuf maps, and this run's folder (written
+"<workdir>"). The
 JSON also keeps a short sample of each output, for debugging, and the environment: the kernels
 TensorFlow and XLA choose depend on the CPU and the libraries, so compare tables made on one
 machine. About 10-15 minutes on 2 CPU cores.
@@ -383,14 +385,19 @@ def record_checkpoints(table: Table, prefix: str, model_dir: str):
 
 def checkpoint_contents(path: str):
   """(name -> array of every tensor but SKIPPED_CHECKPOINT_KEYS, [name, dtype, shape] of
-  every entry) of the checkpoint at `path`."""
+  every entry) of the checkpoint at `path`. The dataset iterator's state is listed without its
+  shape: it holds the elements that tf.data's parallel maps and prefetch buffer had ready when
+  the checkpoint was written, as many as the threads' timing made (420 to 426 entries in
+  runs of the same code, a busy machine's more), though the batches it goes on with are
+  the same."""
   import tensorflow as tf
 
   reader = tf.train.load_checkpoint(path)
   shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
   tensors = {name: reader.get_tensor(name) for name in sorted(shapes)
              if not any(skipped in name for skipped in SKIPPED_CHECKPOINT_KEYS)}
-  structure = [[name, dtypes[name].name, list(shapes[name])] for name in sorted(shapes)]
+  structure = [[name, dtypes[name].name, None if "ITERATOR_STATE" in name else list(shapes[name])]
+               for name in sorted(shapes)]
   return tensors, structure
 
 
@@ -740,11 +747,12 @@ def environment() -> dict:
 
 
 def git_commit() -> str:
-  """The repository's HEAD commit, and "+changes" when its tree differs from it."""
+  """The repository's HEAD commit, and "+changes" when a tracked file differs from it."""
   def git(*args):
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
                           check=False).stdout.strip()
-  return git("rev-parse", "HEAD") + ("+changes" if git("status", "--porcelain") else "")
+  return git("rev-parse", "HEAD") + (
+      "+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv):
