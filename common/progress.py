@@ -37,7 +37,7 @@ class ProgressBar:
     log_every_s: off a terminal, the least time between two plain lines.
     delay_s: show nothing until the work has taken this long (quick work stays silent).
     time_limit_s: the work stops after this many seconds from the bar's start at the latest
-      (a time budget, as --train_minutes): the ETA is never later, and the bar counts toward
+      (a time budget, as train_minutes): the ETA is never later, and the bar counts toward
       whichever comes first.
   """
 

@@ -25,7 +25,8 @@ def find_corpus_file(data_dir: str, prefix: str, lang: str) -> str:
   for path in (base, base + ".gz"):
     if os.path.isfile(path):
       return path
-  raise CorpusError(f"{base}: no such file (nor {base}.gz); check --data_dir and the prefixes")
+  raise CorpusError(f"{base}: no such file (nor {base}.gz); check {{data_dir:name}} and the "
+                    "prefixes", data_dir=None)
 
 
 def _open_lines(path: str) -> Iterator[bytes]:
@@ -45,7 +46,7 @@ def _decode(line: bytes, path: str, number: int) -> str:
   except UnicodeDecodeError as e:
     raise CorpusError(
         f"{path}:{number}: not valid UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1}); "
-        "fix the file or pass --on_bad_line=skip") from None
+        "fix the file or pass {on_bad_line}", on_bad_line="skip") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,8 +57,8 @@ def held_out_keys(pairs, dev_size: int, test_size: int, seed: int) -> tuple[set,
     (dev, test)[index].add(key)
     sizes[index] += counts[key]
   raise corpora.CorpusError(f"{len(counts)} distinct source sentences cannot give "
-                            f"--dev_size={dev_size} and --test_size={test_size} pairs and "
-                            "leave any for training")
+                            "{dev_size} and {test_size} pairs and leave any for training",
+                            dev_size=dev_size, test_size=test_size)
 
 
 def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
@@ -73,7 +73,7 @@ def write_split(source_path: str, target_path: str, out_dir: str, src_lang: str,
     extra_train: (source path, target path) pairs of corpora for training, but for the pairs
       whose source sentence is held out: appended to train, or, with another
       `extra_prefix`, written to `out_dir`/{extra_prefix}.{src_lang,tgt_lang} (a corpus of
-      its own, to weigh against train: --train_prefix=train,{extra_prefix}).
+      its own, to weigh against train: train_prefix="train,{extra_prefix}").
 
   Returns:
     The pairs written to each split.

@@ -1,6 +1,6 @@
 """The target-language token of a multilingual model (Johnson et al. 2017).
 
-A model trained with several target languages (--tgt_lang=de,fr,cs) reads "<2fr> " before a
+A model trained with several target languages (tgt_lang="de,fr,cs") reads "<2fr> " before a
 source sentence as "translate into French". The tokens are symbols of the model's one
 SentencePiece model, so a tagged sentence goes through the subword model like any other text,
 in training, in translation and in an exported SavedModel alike.
@@ -56,6 +56,6 @@ def choose(target_language: str | None, languages: tuple[str, ...], what: str) -
   if len(languages) == 1:
     return None
   if target_language is None:
-    raise LanguageError(f"{what} translates into {', '.join(languages)}: choose one (--tgt_lang "
-                        "or target_language)")
+    raise LanguageError(f"{what} translates into {', '.join(languages)}: choose one "
+                        "({tgt_lang:name} or target_language)", tgt_lang=None)
   return target_language

@@ -31,7 +31,7 @@ class ParallelData:
     self.config = config
     c = config
     self.multilingual = len(c.tgt_langs) > 1
-    # each target language's training corpora, in --train_prefix's order
+    # each target language's training corpora, in train_prefix's order
     self.train_corpora = []
     for lang in c.tgt_langs:
       for prefix in c.train_prefixes:
@@ -50,7 +50,7 @@ class ParallelData:
       self._nothing_left()  # before SentencePiece, which cannot train on nothing
     self.vocabulary = self._build_vocabulary(model_dir)
     kept, too_long = pipeline.count_examples(self.train_pairs(), self.vocabulary, c.max_length)
-    logging.info("train: %d pairs kept, %d dropped over --max_length=%d subword tokens",
+    logging.info("train: %d pairs kept, %d dropped over max_length=%d subword tokens",
                  kept, too_long, c.max_length)
     if kept == 0:
       self._nothing_left()
@@ -60,7 +60,7 @@ class ParallelData:
     return scan.num_lines - scan.empty_pairs - len(scan.bad_lines)
 
   def _weights(self):
-    """Each training corpus's share of the pairs drawn: --train_weights, or the corpora's
+    """Each training corpus's share of the pairs drawn: train_weights, or the corpora's
     usable pairs (concatenation's shares)."""
     if len(self.train_corpora) == 1:
       return (1.0,)
@@ -70,8 +70,8 @@ class ParallelData:
       if weight > 0 and self._usable_lines(corpus.scan) <= 0:
         # a multilingual task's source files are each language's: its target names the corpus
         name = corpus.target if self.multilingual else corpus.source
-        raise corpora.CorpusError(f"{name}: no usable pair, but its --train_weights is "
-                                  f"{weight:g}")
+        raise corpora.CorpusError(f"{name}: no usable pair, but its {{train_weights:name}} is "
+                                  f"{weight:g}", train_weights=None)
     total = sum(weights)
     logging.info("train: corpora drawn from by shares %s", ", ".join(
         f"{corpus.target} {weight / total:.3f}" for corpus, weight in zip(self.train_corpora,
@@ -80,7 +80,8 @@ class ParallelData:
 
   def _nothing_left(self):
     raise corpora.CorpusError(f"{self.train_corpora[0].source}: no pair left for training (all "
-                              f"empty, invalid or over --max_length={self.config.max_length})")
+                              "empty, invalid or over {max_length})",
+                              max_length=self.config.max_length)
 
   def _find(self, prefix, lang):
     c = self.config
@@ -162,7 +163,7 @@ class ParallelData:
 
   def test_pairs(self) -> dict[str, list[tuple[str, str]]]:
     """Each target language's test pairs as Python strings: {language: pairs}, {} without
-    --test_prefix."""
+    a test_prefix."""
     sets = {}
     for lang, paths in self.test_paths.items():
       scan = corpora.scan_parallel(*paths, on_bad_line=self.config.on_bad_line)
@@ -171,7 +172,7 @@ class ParallelData:
 
 
 def open_data(config, model_dir: str):
-  """The task data `config` names: TFDS (--dataset=tfds:NAME) or text files (--data_dir)."""
+  """The task data `config` names: TFDS (dataset="tfds:NAME") or text files (data_dir)."""
   if config.dataset:
     from data_pipeline.tfds_data import TfdsData
     return TfdsData(config, model_dir)

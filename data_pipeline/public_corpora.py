@@ -1,5 +1,5 @@
 """The public parallel corpora this project fetches, and their download with a check of every
-file before it is kept (the CLI is `python -m tf_transformer.bin.download NAME --out DIR`).
+file before it is kept (the tool: `python -m tf_transformer.bin.download`).
 
 Datasets (each `{split}.{lang}` file is one sentence a line, line-aligned across languages):
   multi30k: Multi30k task 1 (en, de, fr, cs) from github.com/multi30k/dataset, gzipped as
@@ -135,7 +135,7 @@ def _offline(url: str, err: Exception) -> DownloadError:
     reason = str(getattr(err, "reason", err)) or type(err).__name__
   return DownloadError(
       f"cannot download {url} ({reason}). You are offline or the URL is wrong; to use a local "
-      "copy of the corpus, pass --data_dir=DIR to training instead of downloading.")
+      "copy of the corpus, give training its {data_dir} instead of downloading.", data_dir="DIR")
 
 
 def _read(resp, url: str) -> bytes:

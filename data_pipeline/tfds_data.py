@@ -1,9 +1,9 @@
-"""A translation task's data in TFDS format: a public dataset by name (--dataset=tfds:NAME/CONFIG,
+"""A translation task's data in TFDS format: a public dataset by name (dataset="tfds:NAME/CONFIG",
 e.g. wmt14_translate/de-en), or one built from local files by `build_dataset`
 (`python -m tf_transformer.bin.build_dataset`).
 
-Splits: "train" (sharded per worker at the file level; --train_prefix names other training
-splits, several drawn from by --train_weights), "validation" (dev loss, BLEU and the best
+Splits: "train" (sharded per worker at the file level; train_prefix names other training
+splits, several drawn from by train_weights), "validation" (dev loss, BLEU and the best
 checkpoint) and "test" (scored after training), each used when the dataset has it.
 """
 
@@ -27,23 +27,24 @@ def prepared_builder(name: str, data_dir: str | None):
   Raises:
     CorpusError: unknown dataset, or not prepared and not downloadable (e.g. offline).
   """
-  where = f"--tfds_data_dir={data_dir}" if data_dir else "the default TFDS folder"
+  where = "{tfds_data_dir}" if data_dir else "the default TFDS folder"
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except Exception as e:  # TFDS raises several types for unknown names and bad folders
     raise CorpusError(f"{PREFIX}{name}: no such TFDS dataset, registered or built in {where} "
-                      f"({_first_line(e)})") from None
+                      f"({_first_line(e)})", tfds_data_dir=data_dir) from None
   if builder.is_prepared():
     return builder
   logging.info("%s%s is not in %s: downloading and preparing it (this needs internet access; "
                "offline, the download retries for a few minutes before failing)", PREFIX, name,
-               where)
+               f"tfds_data_dir={data_dir}" if data_dir else where)
   try:
     builder.download_and_prepare()
   except Exception as e:  # network, checksum and disk errors all end the same way for the user
     raise CorpusError(f"{PREFIX}{name}: not prepared in {where} and cannot be downloaded "
                       f"and prepared here ({_first_line(e)}); prepare it on a machine with "
-                      "internet access and copy the folder, or pass --tfds_data_dir") from None
+                      "internet access and copy the folder, or pass {tfds_data_dir:name}",
+                      tfds_data_dir=data_dir) from None
   return builder
 
 
@@ -66,12 +67,13 @@ class TfdsData:
     missing = [lang for lang in (c.src_lang, c.tgt_lang) if lang not in languages]
     if missing:
       raise CorpusError(f"{c.dataset}: no language {', '.join(missing)} (it has "
-                        f"{', '.join(languages)}); set --src_lang and --tgt_lang")
+                        f"{', '.join(languages)}); set {{src_lang:name}} and {{tgt_lang:name}}",
+                        src_lang=None, tgt_lang=None)
     self.train_splits = c.train_prefixes
     for split in self.train_splits:
       if split not in info.splits:
         raise CorpusError(f"{c.dataset}: no '{split}' split (it has {', '.join(info.splits)}); "
-                          "check --train_prefix")
+                          "check {train_prefix}", train_prefix=c.train_prefix)
     self.splits = set(info.splits)
     self.train_sizes = [info.splits[split].num_examples for split in self.train_splits]
     logging.info("%s: %d training pairs; splits %s", c.dataset, sum(self.train_sizes),
@@ -90,7 +92,7 @@ class TfdsData:
         lambda example: (tf.strings.strip(example[src]), tf.strings.strip(example[tgt]))))
 
   def _sentences(self, side):
-    """Up to --spm_input_sentences training sentences of `side` per language, each training
+    """Up to spm_input_sentences training sentences of `side` per language, each training
     split giving its share by size (records are shuffled when TFDS writes them, so a split's
     first ones are a random sample of it)."""
     c = self.config
@@ -160,7 +162,8 @@ def build_dataset(splits: dict, name: str, out: str, src_lang: str, tgt_lang: st
       (with on_bad_line="error") not UTF-8.
   """
   if src_lang == tgt_lang:
-    raise corpora.CorpusError(f"--src_lang and --tgt_lang must differ, both are {src_lang!r}")
+    raise corpora.CorpusError(f"{{src_lang:name}} and {{tgt_lang:name}} must differ, both are "
+                              f"{src_lang!r}", src_lang=None, tgt_lang=None)
   scans = {split: corpora.scan_parallel(*paths, on_bad_line=on_bad_line)
            for split, paths in splits.items()}
 

@@ -68,10 +68,11 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
       if not needed:
         raise
       raise VocabularyError(
-          f"--vocab_size={vocab_size} is too small for {model_path}: SentencePiece keeps "
+          f"{{vocab_size}} is too small for {model_path}: SentencePiece keeps "
           f"{needed.group(1)} pieces whole (the text's characters, the special pieces"
-          f"{', the 256 bytes of --spm_byte_fallback' if byte_fallback else ''}); give "
-          f"--vocab_size={needed.group(1)} or more") from None
+          f"{', the 256 bytes of {spm_byte_fallback:name}' if byte_fallback else ''}); give "
+          f"{{vocab_size:name}}={needed.group(1)} or more", vocab_size=vocab_size,
+          spm_byte_fallback=None) from None
     with files.atomic_path(model_path) as temporary:
       tf.io.gfile.copy(prefix + ".model", temporary, overwrite=True)
 

@@ -83,7 +83,7 @@ def export(model_dir, export_dir: str, options: Options) -> str:
     step = 0  # no one checkpoint's step: the next free version
   lexicon = None
   if shortlist_size >= vocabulary.target_size:
-    logging.info("--shortlist_size=%d is not below the target vocabulary's %d pieces: the "
+    logging.info("shortlist_size=%d is not below the target vocabulary's %d pieces: the "
                  "search keeps the whole vocabulary", shortlist_size, vocabulary.target_size)
     shortlist_size = 0
   if shortlist_size:
@@ -93,7 +93,7 @@ def export(model_dir, export_dir: str, options: Options) -> str:
                                       nbest=options.decode_config.beam_size)
   module = Translator(model, vocabulary, decode_config, precision=precision,
                       shortlist_size=shortlist_size, lexicon=lexicon, batching=batching)
-  # the model's target languages, several for a multilingual model whatever --tgt_lang says
+  # the model's target languages, several for a multilingual model whatever tgt_lang says
   trained_into = model_dir_lib.read_data(model_dir if isinstance(model_dir, str)
                                          else model_dir[0]).get("tgt_lang", tgt_lang)
   settings = {**dataclasses.asdict(decode_config), "checkpoint_step": step,

@@ -181,6 +181,16 @@ ROWS = {
         message="error: the CTranslate2 format has no ensembles (CTranslate2 declined them): "
                 "export one model with --model_dir, or the ensemble with export_saved_model "
                 "--ensemble"),
+    "a sampling flag without --strategy=sample": translate(
+        "--sampling_temperature=1.5",
+        message="error: --sampling_temperature=1.5 needs --strategy=sample (--strategy=beam "
+                "does not sample)"),
+    "sampling flags to evaluate without --strategy=sample": Case(
+        ("tf_transformer.bin.evaluate", "--flagfile=flags/tiny.cfg", "--model_dir={m}",
+         "--src={d}/train.src", "--ref={d}/train.tgt", "--sampling_topk=5",
+         "--sampling_topp=0.9"),
+        message="error: --sampling_topk=5 and --sampling_topp=0.9 need --strategy=sample "
+                "(--strategy=beam does not sample)"),
     "--sampling_topp=0": translate(
         "--strategy=sample", "--sampling_topp=0",
         message="error: flag --sampling_topp=0.0: must be in (0, 1] (see --helpfull)"),

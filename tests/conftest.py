@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import shutil
 
 from tf_transformer.bin import cli
 
@@ -49,6 +50,19 @@ def tiny_model_dir(tmp_path_factory):
   model_dir_lib.check_config(str(folder), config)
   keras.utils.set_random_seed(0)
   model = build_model(config)
+  tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
+  return folder
+
+
+@pytest.fixture(scope="session")
+def other_tiny_model_dir(tiny_model_dir, tmp_path_factory):
+  """tiny_model_dir's architecture and subword model with other random weights: an ensemble
+  member that differs from it."""
+  folder = tmp_path_factory.mktemp("other_model")
+  for name in ("spm.joint.model", "config.json"):
+    shutil.copy(tiny_model_dir / name, folder / name)
+  keras.utils.set_random_seed(1)
+  model = build_model(model_dir_lib.read_config(str(folder)))
   tf.train.Checkpoint(model=model).save(str(folder / "ckpt"))
   return folder
 

@@ -3,6 +3,7 @@ its own layer or of a lower one, at the top of the file or inside a function, an
 modules import each other, directly or around a cycle."""
 
 import ast
+import re
 import pathlib
 
 ROOT = pathlib.Path(__file__).parents[1]
@@ -120,4 +121,40 @@ def test_no_flag_outside_the_tools():
       if isinstance(node, ast.Attribute) and (node.attr == "present"
                                               or node.attr.startswith("DEFINE_")):
         found.append(f"{module}:{node.lineno} uses .{node.attr}")
+  assert not found, "\n".join(found)
+
+
+def _tool_flags() -> set:
+  """The names of the flags the tools define: the first argument of each module-level call in
+  tf_transformer.bin of absl's DEFINE_* or of a module's own helper around it (`_integer`)."""
+  from tf_transformer.bin import cli
+  names = set(cli.FLAG_OF_FIELD.values())
+  for path in (ROOT / "tf_transformer" / "bin").glob("*.py"):
+    for statement in ast.parse(path.read_text(), str(path)).body:
+      call = statement.value if isinstance(statement, ast.Expr) else None
+      if not (isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant)
+              and isinstance(call.args[0].value, str)):
+        continue
+      function = call.func
+      if ((isinstance(function, ast.Attribute) and function.attr.startswith("DEFINE_"))
+          or (isinstance(function, ast.Name) and function.id.startswith("_"))):
+        names.add(call.args[0].value)
+  return names
+
+
+def test_library_text_names_fields_not_flags():
+  """Library messages, logs and docstrings name config fields ("vocab_size=8"); the tools show
+  an error's fields as their flags (common.errors.UserError), so no library text says
+  "--vocab_size" to a Python caller. Other programs' flags (TF Serving's) may be named."""
+  tool_flags = _tool_flags()
+  assert {"model_dir", "vocab_size", "batching_max_size", "beam_size"} <= tool_flags
+  found = []
+  for module, path in project_modules().items():
+    if layer_of(module) == len(LAYERS) - 1:  # the tools
+      continue
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        for name in re.findall(r"--(?:no)?(\w+)", node.value):
+          if name in tool_flags or name.removeprefix("no") in tool_flags:
+            found.append(f"{module}:{node.lineno} names --{name}")
   assert not found, "\n".join(found)

@@ -3,6 +3,7 @@
 import concurrent.futures
 import fcntl
 import gzip
+import inspect
 import io
 import json
 import logging
@@ -148,6 +149,29 @@ def once_per_run(tmp_path_factory, name, make):
     value = make(folder)
     made.write_text(json.dumps(value))
     return value
+
+
+def _memory_status(field: str) -> int:
+  """A field of /proc/self/status in kB ("VmRSS", "VmHWM"), in bytes."""
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def peak_memory_growth(fn):
+  """(fn(), how far this process's peak resident memory during fn rose above its resident
+  memory at the call, in bytes). Linux's peak (VmHWM), reset first to the resident memory by
+  writing "5" to /proc/self/clear_refs: the peak of this call, not of the process's life (as
+  ru_maxrss), and not sampled (which would miss a short one)."""
+  with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+  start = _memory_status("VmRSS")
+  result = fn()
+  return result, _memory_status("VmHWM") - start
+
+
+# The two functions above, for a child process that does not import this module
+PEAK_MEMORY_SOURCE = "".join(inspect.getsource(fn) for fn in (_memory_status,
+                                                                peak_memory_growth))
 
 
 def free_port():

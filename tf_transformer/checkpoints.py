@@ -1,4 +1,4 @@
-"""A model directory's checkpoints: which one --checkpoint names, restoring it (with the
+"""A model directory's checkpoints: which one a `checkpoint` setting names, restoring it (with the
 vocabulary, for inference), averaging the newest ones, and sweeping what a killed save left
 behind. All through tf.io.gfile."""
 
@@ -18,7 +18,7 @@ from tf_transformer.model import build_model
 from tf_transformer.model_dir import ModelDirError
 
 AVERAGE_DIR = "average"  # where `average` writes, in a model directory
-EMA_DIR = "ema"  # where training with --ema_decay writes the moving average of the weights
+EMA_DIR = "ema"  # where training with an ema_decay writes the moving average of the weights
 FINAL_FILE = "final.json"  # the weights the run chose by dev at its end (final_weights.py)
 
 
@@ -30,7 +30,7 @@ def latest_checkpoint(folder: str) -> str | None:
   if latest is None and tf.io.gfile.exists(state):
     raise ModelDirError(f"{state}: names no readable checkpoint (a corrupt file, or its "
                         "checkpoints are gone); delete it and the checkpoints it named, or use "
-                        "another --model_dir")
+                        "another {model_dir:name}", model_dir=None)
   return latest
 
 
@@ -42,7 +42,7 @@ def checkpoint_step(path: str) -> int:
 
 def training_checkpoints(model_dir: str) -> list[str]:
   """The checkpoints `model_dir`'s `checkpoint` state file records (the last
-  --keep_checkpoints of training), oldest first; [] when it has none."""
+  keep_checkpoints of training), oldest first; [] when it has none."""
   if not latest_checkpoint(model_dir):  # refuses a corrupt state file, which TF only logs
     return []
   state = tf.train.get_checkpoint_state(model_dir)
@@ -50,7 +50,7 @@ def training_checkpoints(model_dir: str) -> list[str]:
 
 
 def choose_checkpoint(model_dir: str, checkpoint: str = "final") -> str:
-  """The path of the checkpoint of `model_dir` that `checkpoint` (--checkpoint) names.
+  """The path of the checkpoint of `model_dir` that `checkpoint` names.
 
   Args:
     checkpoint: "final" (the one final.json names: the weights the run chose by dev BLEU at
@@ -58,7 +58,7 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "final") -> str:
       BLEU, in model_dir/best; else the latest), "latest"
       (the newest training checkpoint), "average" (model_dir/average's, written by
       checkpoints.average), "ema" (model_dir/ema's, the moving average of the
-      weights that training with --ema_decay writes at each save) or a checkpoint path prefix
+      weights that training with an ema_decay writes at each save) or a checkpoint path prefix
       such as models/x/ckpt-2000.
 
   Raises:
@@ -70,8 +70,8 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "final") -> str:
       return choose_checkpoint(model_dir, "best")
     path = os.path.join(model_dir, model_dir_lib.read_json(final)["checkpoint"])
     if not tf.io.gfile.exists(f"{path}.index"):
-      raise ModelDirError(f"{final}: names {path}, which is gone; give --checkpoint=best, "
-                          "latest, average or ema")
+      raise ModelDirError(f"{final}: names {path}, which is gone; give {{checkpoint}}, "
+                          "latest, average or ema", checkpoint="best")
     return path
   if checkpoint == "best":
     best_dir = os.path.join(model_dir, "best")
@@ -84,19 +84,19 @@ def choose_checkpoint(model_dir: str, checkpoint: str = "final") -> str:
   if checkpoint == "latest":
     return _latest_training_checkpoint(model_dir)
   written_by = {
-      AVERAGE_DIR: ("no averaged checkpoint; write one with python -m "
-                    f"tf_transformer.bin.average_checkpoints --model_dir={model_dir} --last=N"),
-      EMA_DIR: "no moving average of the weights; train with --ema_decay to keep one"}
+      AVERAGE_DIR: ("no averaged checkpoint; write one with checkpoints.average (the tool: "
+                    "python -m tf_transformer.bin.average_checkpoints)"),
+      EMA_DIR: "no moving average of the weights; train with an {ema_decay:name} to keep one"}
   if checkpoint in written_by:
     folder = os.path.join(model_dir, checkpoint)
     path = latest_checkpoint(folder)
     if not path:
-      raise ModelDirError(f"{folder}: {written_by[checkpoint]}")
+      raise ModelDirError(f"{folder}: {written_by[checkpoint]}", ema_decay=None)
     return path
   if not tf.io.gfile.exists(f"{checkpoint}.index"):
     raise ModelDirError(f"{checkpoint}: no such checkpoint ({checkpoint}.index is missing); "
-                        "--checkpoint takes final, best, latest, average, ema or a checkpoint path "
-                        f"such as {os.path.join(model_dir, 'ckpt-1000')}")
+                        "{checkpoint:name} takes final, best, latest, average, ema or a checkpoint "
+                        f"path such as {os.path.join(model_dir, 'ckpt-1000')}", checkpoint=None)
   return checkpoint
 
 
@@ -128,7 +128,7 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False):
     reason = str(e).strip().splitlines()[0][:200]
     error = IteratorStateError if "DeserializeIterator" in str(e) else ModelDirError
     raise error(f"{path}: cannot restore this checkpoint ({reason}); delete it to resume from "
-                "an earlier one, or use another --model_dir") from None
+                "an earlier one, or use another {model_dir:name}", model_dir=None) from None
 
 
 def save(manager: tf.train.CheckpointManager, step: int) -> str:
@@ -170,8 +170,8 @@ def _newest_checkpoints(model_dir: str, last: int) -> list[str]:
     raise ModelDirError(f"{model_dir}: no training checkpoint to average")
   if len(paths) < last:
     names = ", ".join(os.path.basename(path) for path in paths)
-    raise ModelDirError(f"{model_dir}: --last={last}, but its checkpoint file records "
-                        f"{len(paths)} checkpoint(s) ({names}); lower --last")
+    raise ModelDirError(f"{model_dir}: {{last}}, but its checkpoint file records "
+                        f"{len(paths)} checkpoint(s) ({names}); lower {{last:name}}", last=last)
   return paths[-last:]
 
 
@@ -181,7 +181,7 @@ def average(model_dir: str, last: int) -> str:
 
   The mean is taken in float64 and cast back to each weight's dtype. It is written as
   `model_dir`/average/ckpt-<newest step averaged>, beside average.json naming the checkpoints
-  averaged; --checkpoint=average loads it.
+  averaged; the checkpoint "average" loads it.
 
   Returns:
     The averaged checkpoint's path.
@@ -229,7 +229,8 @@ def load_for_inference(model_dir: str, src_lang: str, tgt_lang: str, checkpoint:
                                      tgt_lang)
   for path in paths:
     if not tf.io.gfile.exists(path):
-      raise ModelDirError(f"{path}: no such file (check --src_lang/--tgt_lang)")
+      raise ModelDirError(f"{path}: no such file (check {{src_lang:name}}/{{tgt_lang:name}})",
+                          src_lang=None, tgt_lang=None)
   vocabulary = tokenizer.load_vocabulary(*paths)
   path = choose_checkpoint(model_dir, checkpoint)
   model = build_model(model_config)

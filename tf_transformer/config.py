@@ -13,24 +13,8 @@ from common.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
-  """A setting is missing, outside its domain or contradicts another; the message names it.
-
-  With `fields`, the message is a template that names each by {name}: in the library it reads
-  "name=value", and the tools (tf_transformer.bin.cli) show the flag of the same name,
-  "--name=value" (`as_flags`).
-  """
-
-  def __init__(self, message: str, **fields):
-    self.template, self.fields = message, fields
-    super().__init__(self._named("{}={}") if fields else message)
-
-  def _named(self, pattern: str) -> str:
-    return self.template.format(**{name: pattern.format(name, value)
-                                   for name, value in self.fields.items()})
-
-  def as_flags(self) -> str:
-    """The message naming its fields as the tools' flags."""
-    return self._named("--{}={}") if self.fields else str(self)
+  """A setting is missing, outside its domain or contradicts another; the message names it
+  (as a template of fields, which the tools show as flags: common.errors.UserError)."""
 
 
 def _in_unit_interval(value) -> bool:
@@ -127,7 +111,7 @@ class _Checked:
 
 
 def target_languages(tgt_lang: str) -> tuple[str, ...]:
-  """--tgt_lang's languages: "de" -> ("de",); "de,fr,cs" -> ("de", "fr", "cs")."""
+  """tgt_lang's languages: "de" -> ("de",); "de,fr,cs" -> ("de", "fr", "cs")."""
   return tuple(lang.strip() for lang in tgt_lang.split(","))
 
 
@@ -201,12 +185,12 @@ class DataConfig(_Checked):
       elif self.src_lang in languages:
         problem = f"languages other than the source's ({self.src_lang})"
       elif not self.shared_vocab:
-        problem = "trained with --shared_vocab (one subword model over every language)"
+        problem = "trained with {shared_vocab:name} (one subword model over every language)"
       elif self.dataset:
-        problem = "read from text files (--data_dir), not a TFDS dataset"
+        problem = "read from text files ({data_dir:name}), not a TFDS dataset"
       if problem:
         raise ConfigError(f"DataConfig: tgt_lang={self.tgt_lang!r}: several target languages "
-                          f"must be {problem}")
+                          f"must be {problem}", shared_vocab=None, data_dir=None)
     prefixes = self.train_prefix.split(",")
     if not all(prefix.strip() for prefix in prefixes):
       raise ConfigError(f"DataConfig: train_prefix={self.train_prefix!r} must be one or more "

@@ -53,7 +53,7 @@ def load(path, *, checkpoint: str | None = None, src_lang: str | None = None,
     for folder in paths:
       if tf.io.gfile.exists(os.path.join(folder, "saved_model.pb")):
         raise ModelDirError(f"{folder}: a SavedModel; an ensemble is of model directories "
-                            "(export one with export_saved_model --ensemble)")
+                            "(export one with export.saved_model.export of several directories)")
   path = paths[0]
   if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
     if checkpoint is not None or search:
@@ -100,7 +100,7 @@ def load_model_dir(model_dir, src_lang: str, tgt_lang: str, decode_config,
 
 
 def _chosen_language(languages: tuple[str, ...], tgt_lang: str | None, path: str) -> str | None:
-  """A multilingual model's language when a call names none: `tgt_lang` (--tgt_lang) when it
+  """A multilingual model's language when a call names none: `tgt_lang` when it
   names one language, checked; else None (a call must name one)."""
   if len(languages) == 1 or not tgt_lang or len(target_languages(tgt_lang)) > 1:
     return None

@@ -28,9 +28,10 @@ def write_json(path: str, value):
     json.dump(value, f, indent=2)
 
 
-def check_recorded(path: str, current: dict, what: str):
+def check_recorded(path: str, current: dict, what: str, **fields):
   """Records `current` in the JSON file `path` at the first run; refuses a later run whose
-  values differ, naming every differing field with both values."""
+  values differ, naming every differing field with both values (`what`: why they matter, a
+  message template naming `fields`, as common.errors.UserError's)."""
   if not tf.io.gfile.exists(path):
     tf.io.gfile.makedirs(os.path.dirname(path) or ".")
     write_json(path, current)
@@ -41,14 +42,16 @@ def check_recorded(path: str, current: dict, what: str):
   if differing:
     was = ", ".join(f"{key}={recorded.get(key)!r}" for key in differing)
     now = ", ".join(f"{key}={current.get(key)!r}" for key in differing)
-    raise ModelDirError(f"{path}: this model was created with {was}; the flags now give {now} "
-                        f"({what}); use the same flags or another --model_dir")
+    raise ModelDirError(f"{path}: this model was created with {was}; the settings now give "
+                        f"{now} ({what}); use the same settings or another {{model_dir:name}}",
+                        model_dir=None, **fields)
 
 
 def ensure_directory(model_dir: str):
   """Creates `model_dir` if needed; a file in its place is a ModelDirError."""
   if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
-    raise ModelDirError(f"{model_dir}: not a directory (--model_dir names a folder)")
+    raise ModelDirError(f"{model_dir}: not a directory ({{model_dir:name}} names a folder)",
+                        model_dir=None)
   try:
     tf.io.gfile.makedirs(model_dir)
   except tf.errors.FailedPreconditionError:  # its message names the file on the way, not model_dir
@@ -92,8 +95,9 @@ def check_optimizer(model_dir: str, train_config):
   check_recorded(os.path.join(model_dir, "optimizer.json"),
                  {"moving_average": c.ema_decay > 0,
                   "loss_scaling": c.mixed_precision == "mixed_float16"},
-                 "the optimizer state in the checkpoints: --ema_decay on or off, "
-                 "--mixed_precision=mixed_float16 or not")
+                 "the optimizer state in the checkpoints: {ema_decay:name} on or off, "
+                 "{mixed_precision:name}=mixed_float16 or not", ema_decay=None,
+                 mixed_precision=None)
 
 
 # data.json keys added since, with the value every model recorded before had
@@ -112,7 +116,7 @@ def check_data(model_dir: str, data_config):
   path = os.path.join(model_dir, "data.json")
   if not tf.io.gfile.glob(os.path.join(model_dir, "spm.*.model")):
     # the run that recorded it stopped before its subword models (a flag it was refused for,
-    # such as too small a --vocab_size): nothing depends on the record yet
+    # such as too small a vocab_size): nothing depends on the record yet
     if tf.io.gfile.exists(path):
       tf.io.gfile.remove(path)
   _upgrade(path, _upgraded_data)
@@ -135,9 +139,11 @@ def read_json(path: str) -> dict:
     with tf.io.gfile.GFile(path) as f:
       value = json.load(f)
   except (OSError, ValueError, tf.errors.OpError) as e:
-    raise ModelDirError(f"{path}: unreadable ({e}); use another --model_dir") from None
+    raise ModelDirError(f"{path}: unreadable ({e}); use another {{model_dir:name}}",
+                        model_dir=None) from None
   if not isinstance(value, dict):
-    raise ModelDirError(f"{path}: not a JSON object; use another --model_dir")
+    raise ModelDirError(f"{path}: not a JSON object; use another {{model_dir:name}}",
+                        model_dir=None)
   return value
 
 
@@ -149,7 +155,7 @@ def read_config(model_dir: str) -> ModelConfig:
     return ModelConfig(**_upgraded_config(read_json(path)))
   except TypeError as e:
     raise ModelDirError(f"{path}: not this project's model config ({e}); use another "
-                        "--model_dir") from None
+                        "{model_dir:name}", model_dir=None) from None
 
 
 def check_exists(model_dir: str):
@@ -157,6 +163,7 @@ def check_exists(model_dir: str):
   if not tf.io.gfile.exists(model_dir):
     raise ModelDirError(f"{model_dir}: no such directory")
   if not tf.io.gfile.isdir(model_dir):
-    raise ModelDirError(f"{model_dir}: not a directory (--model_dir names a folder)")
+    raise ModelDirError(f"{model_dir}: not a directory ({{model_dir:name}} names a folder)",
+                        model_dir=None)
 
 

@@ -95,13 +95,13 @@ def native_bfloat16(strategy) -> bool:
 
 
 def resolve_precision(train_config, strategy):
-  """`train_config` with --mixed_precision=auto replaced by the policy this machine runs
+  """`train_config` with mixed_precision="auto" replaced by the policy this machine runs
   fastest at equal quality: mixed_bfloat16 where `native_bfloat16`, float32 elsewhere (16-bit
   compute without the hardware costs casts and gains nothing). Other values pass unchanged."""
   precision = train_config.mixed_precision
   if precision == "auto":
     precision = "mixed_bfloat16" if native_bfloat16(strategy) else "float32"
-    logging.info("precision: %s (--mixed_precision=auto: %s)", precision,
+    logging.info("precision: %s (mixed_precision=auto: %s)", precision,
                  "bfloat16 matmuls in hardware" if precision != "float32" else
                  "no bfloat16 matmul units found")
   return dataclasses.replace(train_config, mixed_precision=precision)

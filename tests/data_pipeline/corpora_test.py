@@ -36,7 +36,7 @@ def test_find_corpus_file_missing(tmp_path):
   with pytest.raises(CorpusError) as e:
     corpora.find_corpus_file(d, "train", "en")
   assert str(e.value) == (f"{d}/train.en: no such file (nor {d}/train.en.gz); "
-                          "check --data_dir and the prefixes")
+                          "check data_dir and the prefixes")
 
 
 def test_find_corpus_file_ignores_directory(tmp_path):
@@ -120,7 +120,7 @@ def test_scan_bad_utf8_source(tmp_path, gz):
   with pytest.raises(CorpusError) as e:
     corpora.scan_parallel(src, tgt)
   assert str(e.value) == (f"{src}:2: not valid UTF-8 (byte 0xff at column 3); "
-                          "fix the file or pass --on_bad_line=skip")
+                          "fix the file or pass on_bad_line=skip")
 
 
 def test_scan_bad_utf8_target_column_after_multibyte(tmp_path):
@@ -129,7 +129,7 @@ def test_scan_bad_utf8_target_column_after_multibyte(tmp_path):
   with pytest.raises(CorpusError) as e:
     corpora.scan_parallel(src, tgt)
   assert str(e.value) == (f"{tgt}:3: not valid UTF-8 (byte 0xe9 at column 4); "
-                          "fix the file or pass --on_bad_line=skip")
+                          "fix the file or pass on_bad_line=skip")
 
 
 def test_scan_bad_utf8_first_column(tmp_path):
@@ -137,7 +137,7 @@ def test_scan_bad_utf8_first_column(tmp_path):
   with pytest.raises(CorpusError) as e:
     corpora.scan_parallel(src, tgt)
   assert str(e.value) == (f"{src}:1: not valid UTF-8 (byte 0x80 at column 1); "
-                          "fix the file or pass --on_bad_line=skip")
+                          "fix the file or pass on_bad_line=skip")
 
 
 def test_scan_skip_bad_lines(tmp_path):
@@ -212,7 +212,7 @@ def test_read_parallel_bad_line_not_skipped_raises(tmp_path):
   with pytest.raises(CorpusError) as e:
     corpora.read_parallel(src, tgt)
   assert str(e.value) == (f"{tgt}:2: not valid UTF-8 (byte 0xff at column 2); "
-                          "fix the file or pass --on_bad_line=skip")
+                          "fix the file or pass on_bad_line=skip")
 
 
 # ---------------------------------------------------------------- iterate_sentences

@@ -64,6 +64,6 @@ def test_extra_corpora_train_but_never_on_a_held_out_source(tmp_path):
 
 def test_too_small_a_corpus_is_one_line_error(tmp_path):
   with pytest.raises(corpora.CorpusError, match="10 distinct source sentences cannot give "
-                     "--dev_size=5 and --test_size=5 pairs and leave any for training"):
+                     "dev_size=5 and test_size=5 pairs and leave any for training"):
     split(tmp_path, make_pairs(10), "a", dev_size=5, test_size=5)
   assert not (tmp_path / "a" / "out").exists() or not list((tmp_path / "a" / "out").iterdir())

@@ -54,7 +54,7 @@ def test_choose_checks_the_language_against_the_models():
   assert language_tags.choose("de", ("de",), "m") is None
   assert language_tags.choose("fr", LANGS, "m") == "fr"
   with pytest.raises(language_tags.LanguageError, match=r"^m translates into de, fr, cs: "
-                     r"choose one \(--tgt_lang or target_language\)$"):
+                     r"choose one \(tgt_lang or target_language\)$"):
     language_tags.choose(None, LANGS, "m")
   with pytest.raises(language_tags.LanguageError, match=r"^m translates into de, fr, cs, not "
                      "'it'$"):
@@ -122,9 +122,9 @@ def test_weights_count_one_per_language_and_corpus(tmp_path):
     (dict(tgt_lang="de,,fr"), "distinct, non-empty, comma-separated languages"),
     (dict(tgt_lang="en,de"), "languages other than the source's (en)"),
     (dict(tgt_lang="de,fr", shared_vocab=False),
-     "trained with --shared_vocab (one subword model over every language)"),
+     "trained with shared_vocab (one subword model over every language)"),
     (dict(tgt_lang="de,fr", dataset="tfds:x"),
-     "read from text files (--data_dir), not a TFDS dataset"),
+     "read from text files (data_dir), not a TFDS dataset"),
 ])
 def test_several_target_languages_refuse_what_cannot_hold(changes, problem):
   with pytest.raises(ConfigError) as error:

@@ -101,7 +101,7 @@ def test_parallel_data_missing_dev(data_dir, tmp_path):
   with pytest.raises(corpora.CorpusError) as e:
     ParallelData(_config(data_dir, dev_prefix="dev"), str(tmp_path / "model"))
   assert str(e.value) == (f"{d}/dev.en: no such file (nor {d}/dev.en.gz); "
-                          "check --data_dir and the prefixes")
+                          "check data_dir and the prefixes")
 
 
 def test_parallel_data_skips_bad_lines(data_dir, tmp_path):
@@ -112,7 +112,7 @@ def test_parallel_data_skips_bad_lines(data_dir, tmp_path):
   with pytest.raises(corpora.CorpusError) as e:
     ParallelData(_config(data_dir), str(tmp_path / "model"))
   assert str(e.value) == (f"{data_dir}/train.en:6: not valid UTF-8 (byte 0xff at column 1); "
-                          "fix the file or pass --on_bad_line=skip")
+                          "fix the file or pass on_bad_line=skip")
   data = ParallelData(_config(data_dir, on_bad_line="skip"), str(tmp_path / "model"))
   assert data.train_corpora[0].scan.bad_lines == (5,)
   train = list(data.train_pairs().as_numpy_iterator())
@@ -127,7 +127,7 @@ def test_parallel_data_nothing_left(data_dir, tmp_path, vocabulary):
   with pytest.raises(corpora.CorpusError) as e:
     ParallelData(_config(data_dir, max_length=1), str(model_dir))
   assert str(e.value) == (f"{data_dir}/train.en: no pair left for training "
-                          "(all empty, invalid or over --max_length=1)")
+                          "(all empty, invalid or over max_length=1)")
 
 
 def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabulary, caplog,
@@ -155,7 +155,7 @@ def test_the_log_counts_the_pairs_dropped_and_skipped(data_dir, tmp_path, vocabu
   assert (f"train: 150 lines in {data_dir}/train.en / {data_dir}/train.de; 1 empty pairs "
           "dropped; 1 non-UTF-8 pairs skipped") in messages
   assert (f"train: {len(kept) - too_long} pairs kept, {too_long} dropped over "
-          f"--max_length={max_length} subword tokens") in messages
+          f"max_length={max_length} subword tokens") in messages
 
 
 def test_a_shuffle_buffer_over_the_corpus_size_is_cut_to_it(data_dir, tmp_path):

@@ -118,7 +118,8 @@ def test_not_gzip_is_rejected(tmp_path):
 def test_unreachable_server_names_data_dir(tmp_path):
   with pytest.raises(public_corpora.DownloadError) as exc:
     public_corpora.download("multi30k", tmp_path, base_url=_dead_url(), progress=False)
-  assert "--data_dir" in str(exc.value)
+  assert "give training its data_dir=DIR" in str(exc.value)
+  assert "give training its --data_dir=DIR" in exc.value.as_flags()
   assert str(exc.value).startswith("cannot download http://127.0.0.1:")
 
 

@@ -69,6 +69,25 @@ def test_a_sentence_is_segmented_anew_each_time_it_is_read(data_dir, tmp_path, m
     assert sum(best[text] in rows for text, rows in seen.items()) >= 20
 
 
+def test_nbest_size_bounds_the_segmentations_drawn_among(data_dir, tmp_path):
+  """--subword_nbest_size=2: every segmentation read is one of the sentence's two best
+  (SentencePiece's own n-best list), and most sentences show both; with all (-1) some
+  segmentation falls outside them."""
+  import sentencepiece  # only to list the n-best segmentations as a reference
+
+  two = _data(data_dir, tmp_path, subword_alpha=0.1, subword_nbest_size=2)
+  reference = sentencepiece.SentencePieceProcessor(
+      model_file=two.vocabulary.source_model_path)
+  two_best = {}
+  seen, _ = _segmentations(two, batches=30)
+  for text, rows in seen.items():
+    two_best[text] = {tuple(ids) for ids in reference.nbest_encode_as_ids(text, 2)}
+    assert rows <= two_best[text], text
+  assert sum(len(rows) == 2 for rows in seen.values()) >= 20
+  every, _ = _segmentations(_data(data_dir, tmp_path, subword_alpha=0.1), batches=30)
+  assert sum(bool(rows - two_best[text]) for text, rows in every.items()) >= 20
+
+
 def test_alpha_0_and_the_dev_batches_keep_the_best_segmentation(data_dir, tmp_path):
   plain = _data(data_dir, tmp_path)
   sampling = _data(data_dir, tmp_path, subword_alpha=0.1)  # the same subword model

@@ -137,8 +137,12 @@ def test_a_vocabulary_smaller_than_its_characters_is_a_one_line_error(tmp_path):
   path = str(tmp_path / "spm.model")
   with pytest.raises(tokenizer.VocabularyError) as error:
     tokenizer.train_sentencepiece(_corpus(100), path, vocab_size=100, byte_fallback=True)
-  needed = int(str(error.value).split("give --vocab_size=")[1].split()[0])
+  needed = int(str(error.value).split("give vocab_size=")[1].split()[0])
   assert str(error.value) == (
+      f"vocab_size=100 is too small for {path}: SentencePiece keeps {needed} pieces whole "
+      "(the text's characters, the special pieces, the 256 bytes of spm_byte_fallback); give "
+      f"vocab_size={needed} or more")
+  assert error.value.as_flags() == (
       f"--vocab_size=100 is too small for {path}: SentencePiece keeps {needed} pieces whole "
       "(the text's characters, the special pieces, the 256 bytes of --spm_byte_fallback); give "
       f"--vocab_size={needed} or more")

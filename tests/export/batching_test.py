@@ -7,7 +7,6 @@ import pathlib
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,9 +15,13 @@ import tensorflow as tf
 from tests import testutil
 from tf_transformer.serving import signatures
 
-# A batch that waits this long for requests, unless it is full: a merged batch runs at once.
-_MERGE_TIMEOUT_SECONDS = 10
+# A batch that waits this long for requests, unless it is full: in these tests a request runs
+# only once others have filled its batch.
+_MERGE_TIMEOUT_SECONDS = 600
 _MERGE_ROWS = 8
+# How long a lone request is given to return, which a batching signature never does (it waits
+# _MERGE_TIMEOUT_SECONDS for others) and an unbatched one does on an idle machine.
+_LONE_REQUEST_SECONDS = 1.0
 
 
 def _export(model_dir, export_dir, *args) -> pathlib.Path:
@@ -39,8 +42,8 @@ def exports(tiny_model_dir, tmp_path_factory):
   """{name: version folder}: the tiny model exported with XLA (the export's default) "plain"
   (no batching), "batched" (--batching, batches of at most 4 rows; inputs cut at 14 pieces, so
   that every request is one XLA width bucket wide) and "merging" (--batching with
-  batches of at most _MERGE_ROWS rows that wait _MERGE_TIMEOUT_SECONDS for requests: one runs
-  before that only when full, that is, when concurrent requests were merged into it). Each
+  batches of at most _MERGE_ROWS rows that wait _MERGE_TIMEOUT_SECONDS for requests: a request
+  runs only when others fill its batch). Each
   searches shortlists of _SHORTLIST pieces a sentence, its lexicon counted over pairs of the
   tiny model's words."""
   folder = tmp_path_factory.mktemp("batching")
@@ -67,10 +70,12 @@ def loaded(exports):
   return {name: tf.saved_model.load(str(path)) for name, path in exports.items()}
 
 
-# Requests of 1 to 3 rows that fill one batch of _MERGE_ROWS rows together; texts of different
-# lengths, so that a merged batch is padded to its longest.
+# Requests of 5, 1 and 2 rows that fill one batch of _MERGE_ROWS rows together; texts of
+# different lengths, so that a merged batch is padded to its longest. The first, alone, pads to
+# the XLA shapes of the whole batch (rows to 8; its texts, prefixes and phrases to the widths of
+# all eight): a signature that does not batch runs it at once, with no compilation to wait for.
 _TEXTS = ["aa bb", "cc dd ee ff gg hh ii", "", "jj", "kk ll mm nn", "oo pp qq", "rr", "ss tt uu"]
-_ROWS = (1, 2, 1, 3, 1)
+_ROWS = (5, 1, 2)
 # A phrase to avoid of 9 pieces: wider than the compiled search's narrow width (8), so a merged
 # batch that holds it runs at the wide one (serving/xla_shapes.py NARROW_CONSTRAINTS)
 _WIDE = "!" + " ".join(["aa"] * 9)
@@ -85,7 +90,7 @@ def _requests(signature: str) -> list[dict]:
     inputs = {"source": texts, "target": tf.constant(_TEXTS[::-1][start:start + rows])} if (
         signature == "score") else {"inputs": texts}
     if signature in ("translate_prefix", "sample_prefix", "translate_constrained_prefix"):
-      inputs["prefix"] = tf.constant(["aa", ""] * 2)[:rows]
+      inputs["prefix"] = tf.constant(["aa", ""] * 4)[:rows]
     if signature.startswith("translate_constrained"):
       inputs["constraints"] = tf.constant(_CONSTRAINTS[start:start + rows])
     if signature in ("sample", "sample_prefix"):
@@ -110,42 +115,36 @@ def _assert_same_outputs(got: dict, want: dict, where: str):
                                        "translate_constrained",
                                        "translate_constrained_prefix"])
 def test_concurrent_requests_merge_and_each_caller_gets_its_own_rows(loaded, signature):
+  """The first request waits, alone, for others (a signature that does not batch returns);
+  the rest fill its batch, which then runs, and each caller gets the rows the unbatched export
+  gives its own request."""
   requests = _requests(signature)
   want = [loaded["plain"].signatures[signature](**inputs) for inputs in requests]
   function = loaded["merging"].signatures[signature]
   # one request of all their rows is a full batch, which runs at once: it compiles the merged
-  # batch's shapes before the clock starts
+  # batch's shapes first
   function(**{key: tf.concat([inputs[key] for inputs in requests], 0) for key in requests[0]})
   got, errors = [None] * len(requests), []
-  start = threading.Barrier(len(requests))
 
   def call(index):
-    start.wait()
     try:
       got[index] = function(**requests[index])
     except Exception as e:  # pylint: disable=broad-except  (reported by the main thread)
       errors.append(e)
 
   threads = [threading.Thread(target=call, args=(index,)) for index in range(len(requests))]
-  began = time.monotonic()
-  for thread in threads:
+  threads[0].start()
+  threads[0].join(_LONE_REQUEST_SECONDS)
+  assert threads[0].is_alive() and not errors, (
+      f"{signature}: a lone request returned at once, unmerged", errors)
+  for thread in threads[1:]:
     thread.start()
   for thread in threads:
-    thread.join()
-  elapsed = time.monotonic() - began
+    thread.join(_MERGE_TIMEOUT_SECONDS / 2)  # a bound against a hang, not a time measured
+  assert not any(thread.is_alive() for thread in threads), f"{signature}: the batch never ran"
   assert not errors, errors
-  # each request alone would have waited the whole timeout for others: together they filled
-  # a batch, which ran at once
-  assert elapsed < _MERGE_TIMEOUT_SECONDS, elapsed
   for index, (inputs, result) in enumerate(zip(requests, got)):
     _assert_same_outputs(result, want[index], f"{signature} request {index}")
-
-
-def test_a_lone_request_waits_for_others_until_the_timeout(loaded):
-  # the other side of the test above: batching is on (a lone request is not run at once)
-  began = time.monotonic()
-  loaded["merging"].signatures["score"](source=tf.constant(["aa"]), target=tf.constant(["bb"]))
-  assert time.monotonic() - began >= _MERGE_TIMEOUT_SECONDS * 0.99
 
 
 def test_large_empty_and_malformed_requests_as_without_batching(loaded):

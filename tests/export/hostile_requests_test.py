@@ -114,13 +114,12 @@ for _signature in signatures.SIGNATURES:
 # every table in one process of its own, as TF Serving holds a model: nothing but tensorflow
 # and tensorflow_text loaded; each signature warmed up with a request of MAX_BATCH_SIZE rows
 _CHILD = """
-import json, resource, sys
+import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the SentencePiece ops)
-
+%s
 signatures = tf.saved_model.load(sys.argv[1]).signatures
 tables = json.loads(sys.argv[2])
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 def tensors(signature, **named):
   specs = signatures[signature].structured_input_signature[1]
@@ -131,9 +130,8 @@ for name in tables:
   specs = signatures[name].structured_input_signature[1]
   signatures[name](**tensors(name, **{key: rows if spec.dtype == tf.string else
                                       list(range(len(rows))) for key, spec in specs.items()}))
-report = {}
-for signature, table in tables.items():
-  start, outcomes = peak(), {}
+def run_table(signature, table):
+  outcomes = {}
   for name, (arguments, _) in table.items():
     try:
       inputs = eval("dict(" + arguments + ")")
@@ -146,9 +144,14 @@ for signature, table in tables.items():
       outcomes[name] = "returned" if whole and finite else f"bad result {result}"
     except (tf.errors.OpError, ValueError, TypeError) as error:
       outcomes[name] = "error: " + type(error).__name__
-  report[signature] = {"outcomes": outcomes, "growth": peak() - start}
+  return outcomes
+
+report = {}
+for signature, table in tables.items():
+  outcomes, growth = peak_memory_growth(lambda: run_table(signature, table))
+  report[signature] = {"outcomes": outcomes, "growth": growth}
 print(json.dumps(report))
-""" % MAX_BATCH_SIZE
+""" % (testutil.PEAK_MEMORY_SOURCE, MAX_BATCH_SIZE)
 
 
 @pytest.fixture(scope="module", params=["unbatched", "batching"])

@@ -6,8 +6,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -312,40 +310,14 @@ def test_score_refuses_sources_and_targets_of_different_counts(loaded):
     loaded.signatures["score"](source=tf.constant(["aa", "bb"]), target=tf.constant(["aa"]))
 
 
-def _with_peak_memory(fn):
-  """(fn(), how much this process's resident memory grew at its peak during fn, in bytes),
-  the resident memory sampled every millisecond (Linux: /proc/self/statm)."""
-  page = os.sysconf("SC_PAGE_SIZE")
-
-  def resident():
-    with open("/proc/self/statm") as f:
-      return int(f.read().split()[1]) * page
-
-  start, peak, done = resident(), [0], threading.Event()
-
-  def sample():
-    while not done.is_set():
-      peak[0] = max(peak[0], resident())
-      time.sleep(0.001)
-
-  sampler = threading.Thread(target=sample)
-  sampler.start()
-  try:
-    result = fn()
-  finally:
-    done.set()
-    sampler.join()
-  return result, max(peak[0], resident()) - start
-
-
 @pytest.mark.parametrize("rows", [0, 10_000])
 def test_empty_and_large_requests_translate_every_row(serving_default, rows):
   inputs = tf.constant([f"aa bb {'cc ' * (i % 7)}" for i in range(rows)], tf.string)
   if rows:  # the request's batch shapes decoded once (compiled), then a batch of 64 measured
     for batch in (inputs[:64], inputs[:rows % 64]):
       serving_default(inputs=batch)
-    _, batch_growth = _with_peak_memory(lambda: serving_default(inputs=inputs[:64]))
-  result, growth = _with_peak_memory(lambda: serving_default(inputs=inputs))
+    _, batch_growth = testutil.peak_memory_growth(lambda: serving_default(inputs=inputs[:64]))
+  result, growth = testutil.peak_memory_growth(lambda: serving_default(inputs=inputs))
   assert result["outputs"].shape == (rows,) and result["scores"].shape == (rows,)
   if rows:
     assert result["outputs"][0].numpy() == result["outputs"][7].numpy()  # the same input

@@ -112,22 +112,26 @@ def test_best_falls_back_to_the_latest_and_says_so(checkpoints_dir, tmp_path, ca
 
 
 @pytest.mark.parametrize("checkpoint, message", [
-    ("average", "{m}/average: no averaged checkpoint; write one with python -m "
-                "tf_transformer.bin.average_checkpoints --model_dir={m} --last=N"),
-    ("ema", "{m}/ema: no moving average of the weights; train with --ema_decay to keep one"),
-    ("{m}/ckpt-5", "{m}/ckpt-5: no such checkpoint ({m}/ckpt-5.index is missing); --checkpoint "
+    ("average", "{m}/average: no averaged checkpoint; write one with checkpoints.average (the "
+                "tool: python -m tf_transformer.bin.average_checkpoints)"),
+    ("ema", "{m}/ema: no moving average of the weights; train with an ema_decay to keep one"),
+    ("{m}/ckpt-5", "{m}/ckpt-5: no such checkpoint ({m}/ckpt-5.index is missing); checkpoint "
                    "takes final, best, latest, average, ema or a checkpoint path such as "
                    "{m}/ckpt-1000"),
-    ("{m}/best", "{m}/best: no such checkpoint ({m}/best.index is missing); --checkpoint takes "
+    ("{m}/best", "{m}/best: no such checkpoint ({m}/best.index is missing); checkpoint takes "
                  "final, best, latest, average, ema or a checkpoint path such as "
                  "{m}/ckpt-1000"),
 ])
 def test_a_checkpoint_that_is_not_there_is_named(checkpoints_dir, checkpoint, message):
+  """In the library's words (the settings' names); the tools name their flags."""
   folder, _ = checkpoints_dir
   fill = lambda text: text.replace("{m}", str(folder))
   with pytest.raises(model_dir_lib.ModelDirError) as error:
     checkpoints.load_for_inference(str(folder), "en", "de", fill(checkpoint))
   assert str(error.value) == fill(message)
+  flags_form = fill(message).replace("checkpoint takes", "--checkpoint takes").replace(
+      "an ema_decay", "an --ema_decay")
+  assert error.value.as_flags() == flags_form
 
 
 def _translate(folder, *args):

@@ -287,7 +287,25 @@ def test_an_ensemble_of_a_model_with_itself_translates_as_the_model(tiny_model_d
   with pytest.raises(ModelDirError) as error:
     loading.load([str(tiny_model_dir), str(tmp_path)])
   assert str(error.value) == (f"{tmp_path}: a SavedModel; an ensemble is of model directories "
-                              "(export one with export_saved_model --ensemble)")
+                              "(export one with export.saved_model.export of several directories)")
+
+
+def test_an_ensemble_of_two_directories_scores_the_weighted_mean_in_their_order(
+    tiny_model_dir, other_tiny_model_dir):
+  """load([A, B], weights=(1, 3)): each score is 0.25 A's + 0.75 B's (the mean of the members'
+  log-probabilities is linear in them), so members taken in another order fail; the weights
+  change the translations."""
+  texts, targets = ["aa bb", "cc dd ee", "ff gg hh ii"], ["vv", "ww xx", "yy zz aa"]
+  members = [str(tiny_model_dir), str(other_tiny_model_dir)]
+  alone = [loading.load(member, extra_decode_length=4) for member in members]
+  scores = [np.array(model.score(texts, targets)) for model in alone]
+  assert np.abs(scores[0] - scores[1]).min() > 0.05  # the members differ
+  ensemble = loading.load(members, weights=(1, 3), extra_decode_length=4)
+  np.testing.assert_allclose(ensemble.score(texts, targets), 0.25 * scores[0] + 0.75 * scores[1],
+                             rtol=1e-5)
+  other_way = loading.load(members, weights=(3, 1), extra_decode_length=4)
+  np.testing.assert_allclose(other_way.score(texts, targets),
+                             0.75 * scores[0] + 0.25 * scores[1], rtol=1e-5)
 
 
 def test_ensemble_members_must_share_their_vocabulary(tiny_model_dir, reversal_model):

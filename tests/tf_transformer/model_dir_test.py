@@ -34,9 +34,10 @@ def test_rerun_with_another_architecture_is_refused(tmp_path, field):
   with pytest.raises(model_dir_lib.ModelDirError) as error:
     model_dir_lib.check_config(str(tmp_path), new)
   assert str(error.value) == (
-      f"{tmp_path}/config.json: this model was created with {field}={old!r}; the flags now "
-      f"give {field}={getattr(new, field)!r} (the architecture); use the same flags or "
-      "another --model_dir")
+      f"{tmp_path}/config.json: this model was created with {field}={old!r}; the settings now "
+      f"give {field}={getattr(new, field)!r} (the architecture); use the same settings or "
+      "another model_dir")
+  assert error.value.as_flags().endswith("use the same settings or another --model_dir")
 
 
 def test_rerun_with_relative_positions_is_refused(tmp_path):
@@ -47,9 +48,9 @@ def test_rerun_with_relative_positions_is_refused(tmp_path):
     model_dir_lib.check_config(str(tmp_path), relative)
   assert str(error.value) == (
       f"{tmp_path}/config.json: this model was created with max_relative_position=0, "
-      "position_encoding='sinusoidal'; the flags now give max_relative_position=16, "
-      "position_encoding='relative' (the architecture); use the same flags or another "
-      "--model_dir")
+      "position_encoding='sinusoidal'; the settings now give max_relative_position=16, "
+      "position_encoding='relative' (the architecture); use the same settings or another "
+      "model_dir")
 
 
 @pytest.mark.parametrize("field", ["src_lang", "tgt_lang", "vocab_size", "spm_model_type",
@@ -63,9 +64,9 @@ def test_rerun_with_another_vocabulary_is_refused(tmp_path, field):
   with pytest.raises(model_dir_lib.ModelDirError) as error:
     model_dir_lib.check_data(str(tmp_path), new)
   assert str(error.value) == (
-      f"{tmp_path}/data.json: this model was created with {field}={old!r}; the flags now "
-      f"give {field}={getattr(new, field)!r} (the vocabulary); use the same flags or another "
-      "--model_dir")
+      f"{tmp_path}/data.json: this model was created with {field}={old!r}; the settings now "
+      f"give {field}={getattr(new, field)!r} (the vocabulary); use the same settings or "
+      "another model_dir")
 
 
 def test_a_record_no_subword_model_was_built_on_yields_to_the_flags(tmp_path):
@@ -85,7 +86,7 @@ def test_every_differing_field_is_named(tmp_path):
   (tmp_path / "spm.en.model").write_bytes(b"trained by the first run")
   swapped = dataclasses.replace(DATA, src_lang="de", tgt_lang="en")
   with pytest.raises(model_dir_lib.ModelDirError,
-                     match=r"created with src_lang='en', tgt_lang='de'; the flags now give "
+                     match=r"created with src_lang='en', tgt_lang='de'; the settings now give "
                            r"src_lang='de', tgt_lang='en' \(the vocabulary\)"):
     model_dir_lib.check_data(str(tmp_path), swapped)
 

@@ -20,6 +20,14 @@ from tf_transformer.config import ConfigError
 class FlagError(ConfigError):
   """A flag is missing, out of range or contradicts another; the message names it."""
 
+
+# The config fields whose flag has another name: {field: flag} (export_saved_model's batching)
+FLAG_OF_FIELD = {"max_batch_size": "batching_max_size",
+                 "allowed_batch_sizes": "batching_allowed_sizes",
+                 "batch_timeout_micros": "batching_timeout_micros",
+                 "num_batch_threads": "batching_threads",
+                 "max_enqueued_batches": "batching_max_enqueued"}
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGES = tuple(os.path.join(_ROOT, name) + os.sep
                   for name in ("tf_transformer", "data_pipeline", "export", "common"))
@@ -105,8 +113,8 @@ def describe(error: BaseException) -> str:
   tf = sys.modules.get("tensorflow")
   if tf is not None and isinstance(error, tf.errors.OpError):
     return (error.message or type(error).__name__).strip().splitlines()[0][:300]
-  if hasattr(error, "as_flags"):  # a config.ConfigError: its fields as the flags of their names
-    return error.as_flags().strip().splitlines()[0]
+  if isinstance(error, UserError):  # its fields as the flags of their names
+    return error.as_flags(FLAG_OF_FIELD).strip().splitlines()[0]
   return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 

@@ -47,31 +47,30 @@ flags.DEFINE_boolean("batching", False,
                      "export. Not with TF Serving's --enable_batching.")
 
 
-def _define_batching_setting(name: str, field: str, help_text: str):
-  """--<name>, an integer: config.BatchingConfig's `field`, with its default and bounds."""
-  flags.DEFINE_integer(name, getattr(config.BatchingConfig, field), f"With --batching: {help_text}",
-                       lower_bound=config.INTEGER_RANGES[field][0])
+def _define_batching_setting(field: str, help_text: str):
+  """An integer flag for config.BatchingConfig's `field` (named as cli.FLAG_OF_FIELD says),
+  with its default and bounds."""
+  flags.DEFINE_integer(cli.FLAG_OF_FIELD[field], getattr(config.BatchingConfig, field),
+                       f"With --batching: {help_text}", lower_bound=config.INTEGER_RANGES[field][0])
 
 
-_define_batching_setting("batching_max_size", "max_batch_size",
+_define_batching_setting("max_batch_size",
                          "the most rows of a merged batch; a larger request runs alone.")
 flags.DEFINE_list("batching_allowed_sizes", [],
                   "With --batching: the batch sizes a merged batch is padded up to, one XLA "
                   "compilation each, made at load; the last must be --batching_max_size. "
                   "Default: the powers of two below it, and it.")
-_define_batching_setting("batching_timeout_micros", "batch_timeout_micros",
+_define_batching_setting("batch_timeout_micros",
                          "how long a batch waits for more requests while a batch thread is free "
                          "(requests that come while every thread is busy join the next batch "
                          "anyway).")
-_define_batching_setting("batching_threads", "num_batch_threads",
-                         "the merged batches decoded side by side.")
-_define_batching_setting("batching_max_enqueued", "max_enqueued_batches",
+_define_batching_setting("num_batch_threads", "the merged batches decoded side by side.")
+_define_batching_setting("max_enqueued_batches",
                          "the batches that may wait for a thread; beyond them a request fails "
                          "at once instead of queueing.")
 
 FLAGS = flags.FLAGS
-_BATCHING_SETTINGS = ("batching_max_size", "batching_allowed_sizes", "batching_timeout_micros",
-                      "batching_threads", "batching_max_enqueued")
+_BATCHING_SETTINGS = tuple(cli.FLAG_OF_FIELD.values())
 
 
 def batching_config_from_flags():
@@ -110,7 +109,8 @@ def main(argv):
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
   batching = batching_config_from_flags()
   options = saved_model.Options(
-      FLAGS.src_lang, FLAGS.tgt_lang, shared_flags.decode_config_from_flags(), FLAGS.checkpoint,
+      FLAGS.src_lang, FLAGS.tgt_lang, shared_flags.decode_config_from_flags(for_export=True),
+      FLAGS.checkpoint,
       FLAGS.precision, FLAGS.shortlist_size, FLAGS.shortlist_per_source, data_config,
       tuple(weights), batching)
   print(export.exporter("saved_model")(members or FLAGS.model_dir, FLAGS.export_dir, options))

@@ -303,7 +303,21 @@ def model_settings_from_flags() -> dict:
           if field.name in FLAGS}
 
 
-def decode_config_from_flags() -> config.DecodeConfig:
+_SAMPLING_FLAGS = ("sampling_topk", "sampling_topp", "sampling_temperature")
+
+
+def decode_config_from_flags(for_export: bool = False) -> config.DecodeConfig:
+  """The search the flags give. A sampling flag needs --strategy=sample, except in an export,
+  whose `sample` signatures take it whatever --strategy says.
+
+  Raises:
+    FlagError: a sampling flag a beam search would ignore, or --nbest over --beam_size.
+  """
+  ignored = [f"--{name}={FLAGS[name].value:g}" for name in _SAMPLING_FLAGS
+             if FLAGS[name].present]
+  _require(for_export or FLAGS.strategy == "sample" or not ignored,
+           f"{' and '.join(ignored)} {'needs' if len(ignored) == 1 else 'need'} "
+           f"--strategy=sample (--strategy={FLAGS.strategy} does not sample)")
   _require(FLAGS.strategy == "sample" or FLAGS.nbest <= FLAGS.beam_size,
            f"--nbest must be between 1 and --beam_size ({FLAGS.beam_size}), got {FLAGS.nbest}")
   return _from_flags(config.DecodeConfig, max_source_length=FLAGS.max_length)

@@ -1,5 +1,5 @@
 """Several models as one in decoding: at each step of one search their log-probabilities are
-averaged (weighted), as Marian's --models --weights do.
+averaged (weighted), as in Marian's ensemble decoding.
 
 The mean of log-softmax (a product of experts), not the log of the mean probability: a token
 must be likely under every member, the ensemble's `score` of a translation is the weighted mean

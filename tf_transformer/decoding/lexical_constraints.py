@@ -51,6 +51,11 @@ class Constraints(NamedTuple):
   word_inside: tf.Tensor | None = None
 
 
+# The per-sentence fields of Constraints and their ranks ([B, C] and [B, N, P]): what a
+# request's shapes pad and bucket.
+PER_SENTENCE_RANKS = {"tokens": 2, "continues": 2, "banned": 3}
+
+
 def from_phrases(positive, negative, word_inside=None):
   """Constraints from phrases of token ids.
 

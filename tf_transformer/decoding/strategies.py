@@ -9,14 +9,16 @@ forced prefix, the repetition controls.
 
 import dataclasses
 
+import tensorflow as tf
+
 from tf_transformer.config import ConfigError
 from tf_transformer.decoding import beam_search, constrained_search, logit_filters, sampling
 
 
 @dataclasses.dataclass(frozen=True)
 class BeamSearch:
-  """The beam_size best outputs under a GNMT-normalized log-probability (beam_size 1:
-  greedy, see beam_search)."""
+  """The beam_size best outputs under a GNMT-normalized log-probability (a config's beam_size
+  1 is GreedySearch)."""
   beam_size: int
   alpha: float
   repetition: logit_filters.RepetitionControls = logit_filters.RepetitionControls()
@@ -50,6 +52,27 @@ class ConstrainedBeamSearch(BeamSearch):
         max_decode_length, eos_id, constraints, min_decode_length=min_decode_length,
         buffer_length=buffer_length, prefix_ids=prefix_ids, gives_log_probs=gives_log_probs,
         repetition=self.repetition)
+
+
+@dataclasses.dataclass(frozen=True)
+class GreedySearch:
+  """The most probable token at each step, one output per row: a config's beam_size 1, greedy
+  as fairseq, CTranslate2 and transformers mean it. (A width-1 beam is not: it keeps an ended
+  hypothesis from a step's second-best token, which may outscore the argmax's continuation.)
+  Random sampling at temperature 0 draws the same tokens."""
+  alpha: float
+  repetition: logit_filters.RepetitionControls = logit_filters.RepetitionControls()
+
+  @property
+  def hypotheses(self) -> int:
+    return 1
+
+  def __call__(self, symbols_to_logits_fn, initial_ids, initial_cache, *, seeds=None,
+               constraints=None, **search):
+    del seeds, constraints  # deterministic; ConstrainedBeamSearch takes constraints
+    argmax = RandomSampling(0, 1.0, 0.0, self.alpha, self.repetition)
+    return argmax(symbols_to_logits_fn, initial_ids, initial_cache,
+                  seeds=tf.zeros_like(initial_ids, tf.int64), **search)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,4 +131,6 @@ def from_config(config, constrained: bool = False):
   if config.strategy == "sample":
     return RandomSampling(config.sampling_topk, config.sampling_topp,
                           config.sampling_temperature, config.alpha, repetition)
+  if config.beam_size == 1:
+    return GreedySearch(config.alpha, repetition)
   return BeamSearch(config.beam_size, config.alpha, repetition)

@@ -206,7 +206,7 @@ class Int8Kernel(_ReducedKernel):
     return tf.cast(sums, tf.float32) * (self.scale / row_scale)
 
 
-# The precisions an export may choose (export_saved_model --precision), by name.
+# The precisions an export may choose (its `precision` option), by name.
 PRECISIONS = {"float32": Float32Kernel, "bfloat16": Bfloat16Kernel, "int8": Int8Kernel}
 
 

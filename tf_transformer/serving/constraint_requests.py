@@ -143,4 +143,4 @@ def checked(pieces: ConstraintPieces, limits, prefix_ids, max_constraint_tokens:
         name: tf.ensure_shape(
             xla_shapes.padded_to(getattr(constraints, name), tf.fill([rank - 1], size)),
             [None] + [size] * (rank - 1))
-        for name, rank in (("tokens", 2), ("continues", 2), ("banned", 3))})
+        for name, rank in lexical_constraints.PER_SENTENCE_RANKS.items()})

@@ -139,7 +139,8 @@ def replay_warmup_requests(saved_model: str, loaded) -> int:
       raise ModelDirError(f"{saved_model}: its {len(requests)} warm-up requests compile XLA "
                           f"programs that {problem}: raise it (sysctl -w "
                           "vm.max_map_count=1048576), or export with a smaller "
-                          "--batching_max_size or with --nodecode_jit")
+                          "{max_batch_size:name} or with {decode_jit}",
+                          max_batch_size=None, decode_jit=False)
     loaded.signatures[names[i]](**{
         name: tf.constant(tf.make_ndarray(proto)) for name, proto in requests[i].inputs.items()})
     if limit:
@@ -180,7 +181,7 @@ def _memory_mapping_problem(mappings: int, limit: int | None, growths: list[int]
 
   XLA's CPU compiler maps three memory regions (code, constants, data) for each kernel of a
   program and keeps them: about 520 a program for a search at base dims (6 layers), so that
-  an export of base dims with --batching (61 warm-up requests, most of them compiling a
+  an export of base dims with batching (61 warm-up requests, most of them compiling a
   program) needs about half of Linux's default vm.max_map_count of 65,530 (docs/serving.md).
   Given `per_request`, the rest are refused once they need a quarter more than the room left;
   and any request is refused whose room is less than twice the largest growth seen.

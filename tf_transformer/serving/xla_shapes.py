@@ -5,6 +5,7 @@ constraints to one of two widths), and a sentence's result does not depend on th
 import tensorflow as tf
 
 from data_pipeline.token_ids import PAD_ID
+from tf_transformer.decoding import lexical_constraints
 
 WIDTH_BUCKET = 16
 # The compiled constrained search has two widths: this many pieces (most terms fit) and
@@ -75,7 +76,7 @@ def bucketed_constraints(constraints, extra_rows, size: int):
       name: shape_forgotten(padded_to(with_copies_of_first_row(getattr(constraints, name),
                                                                extra_rows),
                                       tf.fill([rank - 1], width)))
-      for name, rank in (("tokens", 2), ("continues", 2), ("banned", 3))})
+      for name, rank in lexical_constraints.PER_SENTENCE_RANKS.items()})
 
 
 def bucketed_search(search, source_ids, prefix_ids=None, seeds=None, constraints=None,

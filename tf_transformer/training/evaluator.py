@@ -92,7 +92,7 @@ class Evaluator:
             "evals_without_improvement": self.evals_without_improvement}
 
   def translate(self, texts: list[str], what: str = "dev") -> list[str]:
-    """The model's translations of `texts` with the evaluation search (--eval_beam_size)."""
+    """The model's translations of `texts` with the evaluation search (eval_beam_size)."""
     progress = ProgressBar(len(texts), unit="sentence", label=f"decoding {what}")
     outputs, _ = translate_texts(self.translator.translate_nbest, texts,
                                  self.config.eval_batch_size, progress)
@@ -100,13 +100,13 @@ class Evaluator:
     return [nbest[0] for nbest in outputs]
 
   def dev_bleu(self) -> float:
-    """BLEU of the model as it is on the first --eval_sentences dev pairs (of each target
+    """BLEU of the model as it is on the first eval_sentences dev pairs (of each target
     language: their mean), 0 without any."""
     scored = self._score(self._dev_sets(), "dev")
     return _figures(scored)["bleu"] if scored else 0.0
 
   def _dev_sets(self) -> dict[str, list[tuple[str, str]]]:
-    """{target language: (source, reference) pairs}: the first --eval_sentences dev pairs."""
+    """{target language: (source, reference) pairs}: the first eval_sentences dev pairs."""
     return self.data.dev_pairs(self.config.eval_sentences)
 
   def _score(self, sets: dict[str, list[tuple[str, str]]], what: str) -> dict[str, _Scored]:
@@ -124,7 +124,7 @@ class Evaluator:
 
   def evaluate(self, step: int) -> dict:
     """Dev loss, perplexity and accuracy over the dev set, BLEU and chrF on its first
-    --eval_sentences, and the evaluation's wall time; a few of the translations and the
+    eval_sentences, and the evaluation's wall time; a few of the translations and the
     attention of the first dev sentences go to TensorBoard."""
     start = time.perf_counter()
     results = {}
@@ -159,7 +159,7 @@ class Evaluator:
     """Evaluates, logs, keeps the checkpoint if its dev BLEU is the best so far.
 
     Returns:
-      True when --early_stopping evaluations in a row brought no better BLEU.
+      True when early_stopping evaluations in a row brought no better BLEU.
     """
     results = self.evaluate(step)
     with self.writer.as_default(step=step):

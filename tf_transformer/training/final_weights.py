@@ -1,9 +1,9 @@
 """The weights a run keeps at its end, chosen by dev BLEU alone.
 
 Three candidates compete: the best checkpoint by dev BLEU during training, the average of the
-last --average_last training checkpoints, and the moving average of the weights (with
---ema_decay). Each is scored on the dev set with the evaluation search; the winner is recorded
-in final.json, which --checkpoint=final (the default of translate, evaluate and the exports)
+last average_last training checkpoints, and the moving average of the weights (with
+an ema_decay). Each is scored on the dev set with the evaluation search; the winner is recorded
+in final.json, which the checkpoint "final" (the default of translate, evaluate and the exports)
 loads, and the test set is scored once, with the winner. No test score enters the choice.
 """
 

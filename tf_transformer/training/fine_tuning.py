@@ -1,4 +1,4 @@
-"""A run that starts from another model's weights (`train --init_from=OLD`): fine-tuning.
+"""A run that starts from another model's weights (`init_from=OLD`): fine-tuning.
 
 The new run keeps OLD's architecture and subword model(s): the vocabulary cannot change under
 trained embeddings, so the new data is read with OLD's pieces. It starts its own step count,
@@ -77,8 +77,8 @@ def copy_vocabulary(init_from: str, model_dir: str, data_config):
   for old, new in zip(old_paths, new_paths):
     if not tf.io.gfile.exists(old):
       raise model_dir_lib.ModelDirError(
-          f"{old}: no such file: --init_from's subword model for these languages "
-          f"(--src_lang={c.src_lang} --tgt_lang={c.tgt_lang})")
+          f"{old}: no such file: {{init_from:name}}'s subword model for these languages "
+          "({src_lang} {tgt_lang})", init_from=None, src_lang=c.src_lang, tgt_lang=c.tgt_lang)
     if not tf.io.gfile.exists(new):
       with files.atomic_path(new) as temporary:
         tf.io.gfile.copy(old, temporary)

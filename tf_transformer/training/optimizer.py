@@ -17,7 +17,7 @@ def make_optimizer(model_config, train_config) -> keras.optimizers.Optimizer:
   """Adam(0.9, 0.98, 1e-9) on the Noam schedule (section 5.3); with dynamic loss scaling
   under mixed_float16, whose gradients would otherwise underflow. It applies gradients summed
   over replicas (see train_step.make_train_step, which also clips them). With
-  --ema_decay, Keras's own moving average of the weights is kept among its variables, updated
+  an ema_decay, Keras's own moving average of the weights is kept among its variables, updated
   after each applied step (`finalize_variable_values` copies it into the model)."""
   c = train_config
   optimizer = _SummedGradientAdam(

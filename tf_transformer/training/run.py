@@ -21,7 +21,7 @@ from tf_transformer.training.trainer import Trainer, TrainingClock
 
 def _write_hparams(folder: str, *configs):
   """The run's settings for TensorBoard's HParams tab, which then tabulates the runs of a
-  parent --logdir with their train/ and eval/ figures (dev BLEU, chrF, loss) side by side."""
+  parent logdir with their train/ and eval/ figures (dev BLEU, chrF, loss) side by side."""
   from tensorboard.plugins.hparams import api as hparams  # pylint: disable=g-import-not-at-top
 
   values = {}
@@ -87,7 +87,7 @@ def create_trainer(data, model_config, train_config, decode_config,
 
   Args:
     data: the task's data, opened after `runtime.set_up_runtime` made `strategy`.
-    decode_config: the search of the dev/test translations (beam size: --eval_beam_size).
+    decode_config: the search of the dev/test translations (beam size: eval_beam_size).
     start: optional fine_tuning.Start: a run with no checkpoint yet starts from its weights.
   """
   c = train_config = runtime.resolve_precision(train_config, strategy)

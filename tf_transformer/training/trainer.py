@@ -27,13 +27,13 @@ class TrainingInterrupted(RuntimeError):
 
 
 class NonFiniteTraining(UserError):
-  """The loss or the gradients became NaN/Inf (see --on_nonfinite); nothing non-finite was
+  """The loss or the gradients became NaN/Inf (see TrainConfig.on_nonfinite); nothing non-finite was
   applied or saved."""
 
 
 class TrainingClock:
   """The seconds the training loop has run, over every resume: `seconds` is a variable that
-  every checkpoint saves; --train_minutes stops the run on it.
+  every checkpoint saves; a train_minutes budget stops the run on it.
 
   With several workers, whether the budget is spent is agreed by an all-reduce every
   `_LOG_EVERY` steps, which every worker calls at the same steps (each worker's clock differs).
@@ -125,7 +125,7 @@ class Trainer:
       worker's a temporary folder removed at the end.
     clock: the TrainingClock whose `seconds` the checkpoints save.
     is_chief: whether this worker writes results.json.
-    ema_manager: with --ema_decay, a CheckpointManager of the model alone, into which each
+    ema_manager: with an ema_decay, a CheckpointManager of the model alone, into which each
       save also writes the moving average of the weights (model_dir/ema); else None.
     compiled_shapes: (rows, length) of the batches the step has seen.
     nonfinite_steps: steps skipped in this process for a NaN/Inf loss or gradient.
@@ -151,7 +151,7 @@ class Trainer:
     return int(self.optimizer.iterations.numpy())
 
   def train(self) -> dict:
-    """Runs until --train_steps, --train_minutes or early stopping; returns the final dev/test
+    """Runs until train_steps, train_minutes or early stopping; returns the final dev/test
     results.
 
     Raises:
@@ -178,7 +178,7 @@ class Trainer:
     step = self.step
     budget_left = None
     if c.train_minutes:
-      logging.info("--train_minutes=%g: %.2f of them trained before", c.train_minutes,
+      logging.info("train_minutes=%g: %.2f of them trained before", c.train_minutes,
                    self.clock.elapsed() / 60)
       budget_left = c.train_minutes * 60 - self.clock.elapsed()
     progress = ProgressBar(c.train_steps, unit="step", initial=step, time_limit_s=budget_left)
@@ -215,7 +215,7 @@ class Trainer:
         if step % c.save_every == 0:
           self._save(step)
         if spent:
-          logging.info("--train_minutes=%g: stopping at step %d after %.1f minutes of training",
+          logging.info("train_minutes=%g: stopping at step %d after %.1f minutes of training",
                        c.train_minutes, step, self.clock.elapsed() / 60)
           break
     finally:
@@ -226,7 +226,7 @@ class Trainer:
       self._save(step)
 
   def _profile(self, next_step: int | None):
-    """Starts TensorFlow's profiler before step A of --profile_steps=A,B and stops it after
+    """Starts TensorFlow's profiler before step A of profile_steps="A,B" and stops it after
     step B (next_step None: the loop ended); TensorBoard's Profile tab shows the trace."""
     if not self.config.profile_steps or not self.is_chief:
       return
@@ -243,12 +243,13 @@ class Trainer:
 
   def _save(self, step: int):
     """Checkpoints the training state, and the moving average of the weights with
-    --ema_decay, unless a weight is not finite."""
+    an ema_decay, unless a weight is not finite."""
     if not all_finite(self.model.weights + self.optimizer.variables):
       raise NonFiniteTraining(
           f"step {step}: a weight or optimizer moment is NaN or Inf, so no checkpoint was "
           f"written; "
-          f"{self._last_good()}; lower --learning_rate or set --clip_norm")
+          f"{self._last_good()}; lower {{learning_rate:name}} or set {{clip_norm:name}}",
+          learning_rate=None, clip_norm=None)
     self.clock.record()
     # the average first: a run killed between the two saves redoes both from the previous one
     if self.ema_manager:
@@ -275,8 +276,9 @@ class Trainer:
     if c.on_nonfinite == "stop" or in_a_row >= c.max_nonfinite_steps:
       reason = "" if c.on_nonfinite == "stop" else f" ({in_a_row} such steps in a row)"
       raise NonFiniteTraining(
-          f"{message}{reason}; {self._last_good()}; lower --learning_rate or set --clip_norm "
-          "(or --on_nonfinite=skip to skip such steps)")
+          f"{message}{reason}; {self._last_good()}; lower {{learning_rate:name}} or set "
+          "{clip_norm:name} (or {on_nonfinite:name}=skip to skip such steps)",
+          learning_rate=None, clip_norm=None, on_nonfinite=None)
     logging.warning("%s (skipped; %d in a row)", message, in_a_row)
 
   def _log(self, step: int, scalars: dict, progress: ProgressBar):
@@ -291,7 +293,7 @@ class Trainer:
                            "tok/s": round(scalars["tokens_per_sec"])})
 
   def _note_shapes(self, shapes):
-    """Logs each batch shape seen for the first time: under --jit_compile each one costs an
+    """Logs each batch shape seen for the first time: under jit_compile each one costs an
     XLA compilation, and bucketing keeps them to one per length bucket."""
     for rows, length in shapes.tolist():
       if (rows, length) not in self.compiled_shapes:

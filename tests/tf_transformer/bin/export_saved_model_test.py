@@ -23,9 +23,9 @@ def test_a_shortlist_of_the_whole_vocabulary_is_none(tiny_model_dir, tmp_path):
   assert settings["shortlist_size"] == 0 and settings["shortlist_per_source"] == 0
 
 
-def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(tiny_model_dir,
-                                                                                tmp_path):
-  """--ensemble=DIR,DIR --ensemble_weights=1,3: one SavedModel with both members' weights (the
+def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(
+    tiny_model_dir, other_tiny_model_dir, tmp_path):
+  """--ensemble=A,B --ensemble_weights=1,3: one SavedModel with both members' weights (the
   variables of two models) whose search, sampling and score are the library ensemble's; its
   decoding.json names the members and their normalised weights."""
   import numpy as np
@@ -34,7 +34,7 @@ def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(t
 
   from tf_transformer import loading
 
-  members = f"{tiny_model_dir},{tiny_model_dir}"
+  members = f"{tiny_model_dir},{other_tiny_model_dir}"
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
                             f"--ensemble={members}", "--ensemble_weights=1,3",
                             f"--export_dir={tmp_path / 'e'}", "--nodecode_jit", "--beam_size=2",
@@ -42,15 +42,15 @@ def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(t
   assert result.returncode == 0, result.stderr
   version = result.stdout.strip().splitlines()[-1]
   settings = json.loads((tmp_path / "e" / "1" / "assets.extra" / "decoding.json").read_text())
-  assert settings["ensemble"] == [str(tiny_model_dir)] * 2
+  assert settings["ensemble"] == [str(tiny_model_dir), str(other_tiny_model_dir)]
   assert settings["ensemble_weights"] == [0.25, 0.75]
   single = export(tiny_model_dir, tmp_path / "single", "--nodecode_jit", "--beam_size=2")
   assert single.returncode == 0, single.stderr
   sizes = [sum(int(np.prod(v.shape)) for v in tf.saved_model.load(folder).model_variables)
            for folder in (version, single.stdout.strip().splitlines()[-1])]
   assert sizes[0] == 2 * sizes[1]
-  library = loading.load([str(tiny_model_dir)] * 2, weights=(1, 3), beam_size=2,
-                           extra_decode_length=4, max_source_length=32)
+  library = loading.load([str(tiny_model_dir), str(other_tiny_model_dir)], weights=(1, 3),
+                         beam_size=2, extra_decode_length=4, max_source_length=32)
   texts = ["aa bb", "cc dd ee", "", "ff gg hh ii"]
   exported = loading.load(version)
   testutil.assert_translate_alike(exported, library, texts, nbest=2)
@@ -64,26 +64,31 @@ def test_the_repetition_controls_are_compiled_into_an_export_as_the_library_appl
     tiny_model_dir, tmp_path):
   """--no_repeat_ngram_size=1 --repetition_penalty=1.5: recorded in decoding.json, fixed in the
   export's beam search and sampling, whose outputs are the library's under the same settings
-  (and translate's with the same flags): no target piece twice, unlike the model's own."""
+  (and translate's with the same flags): no target piece twice, unlike the model's own. The
+  export's sampling flags (given without --strategy=sample: they are its `sample` signatures')
+  are recorded and drawn with as the library draws, unlike the default ones."""
   import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
 
   from tf_transformer import checkpoints, loading
   from tf_transformer.model_dir import ModelDirError
 
   controls = dict(no_repeat_ngram_size=1, repetition_penalty=1.5)
+  sampling = dict(sampling_topk=3, sampling_topp=0.9, sampling_temperature=0.5)
   result = export(tiny_model_dir, tmp_path / "e", "--nodecode_jit", "--beam_size=2",
                   "--extra_decode_length=6", *(f"--{name}={value}" for name, value in
-                                               controls.items()))
+                                               {**controls, **sampling}.items()))
   assert result.returncode == 0, result.stderr
   settings = json.loads((tmp_path / "e" / "1" / "assets.extra" / "decoding.json").read_text())
-  assert {name: settings[name] for name in controls} == controls
+  assert {name: settings[name] for name in {**controls, **sampling}} == {**controls, **sampling}
   texts = ["aa bb", "cc dd ee", "", "ff gg hh ii jj kk"]
   search = dict(beam_size=2, extra_decode_length=6, max_source_length=32)
   library = loading.load(str(tiny_model_dir), **search, **controls)
   exported = loading.load(result.stdout.strip().splitlines()[-1])
   testutil.assert_translate_alike(exported, library, texts, nbest=2)
-  sampled = dict(strategy="sample", seed=5)
-  assert exported.translate(texts, **sampled) == library.translate(texts, **sampled)
+  draws = dict(strategy="sample", seed=5, nbest=3)
+  exported_draws = exported.translate(texts, **draws)
+  assert exported_draws == library.translate(texts, **draws, **sampling)
+  assert exported_draws != library.translate(texts, **draws)
   target = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")[1].target
   outputs = library.translate(texts)
   plain = loading.load(str(tiny_model_dir), **search).translate(texts)

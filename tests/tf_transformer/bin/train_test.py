@@ -166,7 +166,7 @@ def test_a_checkpoint_of_another_pipeline_version_resumes_with_new_data_order(tm
   clock = tf.train.load_checkpoint(str(checkpoint)).get_tensor(
       "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")
   assert clock >= 1.0  # so that 0 would not print the same
-  assert f"--train_minutes=100: {clock / 60:.2f} of them trained before" in result.stderr
+  assert f"train_minutes=100: {clock / 60:.2f} of them trained before" in result.stderr
 
   def weights(step):
     model_dir = str(tmp_path / "model")
@@ -190,9 +190,9 @@ def test_mirrored_on_two_logical_cpus(tmp_path):
   with open("/proc/cpuinfo", encoding="utf-8") as f:
     cpu = set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
   if cpu & {"avx512_bf16", "amx_bf16"}:
-    choice = "mixed_bfloat16 (--mixed_precision=auto: bfloat16 matmuls in hardware)"
+    choice = "mixed_bfloat16 (mixed_precision=auto: bfloat16 matmuls in hardware)"
   else:
-    choice = "float32 (--mixed_precision=auto: no bfloat16 matmul units found)"
+    choice = "float32 (mixed_precision=auto: no bfloat16 matmul units found)"
   assert f"precision: {choice}" in result.stderr
 
 
@@ -346,7 +346,7 @@ def test_train_minutes_stops_the_run_and_counts_over_resumes(tmp_path):
   first = _trained(model_dir)
   assert 10 < first["step"] < 100000 and 0.25 <= first["minutes"] < 0.6, first
   assert first["latest"].endswith(f"ckpt-{first['step']}")
-  assert f"--train_minutes=0.25: stopping at step {first['step']}" in result.stderr
+  assert f"train_minutes=0.25: stopping at step {first['step']}" in result.stderr
   again = train(tmp_path, model_dir, *flags, "--train_minutes=0.25")
   assert again.returncode == 0, again.stderr[-3000:]
   assert _trained(model_dir)["step"] == first["step"]
@@ -358,7 +358,7 @@ def test_train_minutes_stops_the_run_and_counts_over_resumes(tmp_path):
   clock = tf.train.load_checkpoint(first["latest"]).get_tensor(
       "trained_seconds/.ATTRIBUTES/VARIABLE_VALUE")
   assert 15.0 <= clock < 36.0
-  assert f"--train_minutes=0.5: {clock / 60:.2f} of them trained before" in more.stderr
+  assert f"train_minutes=0.5: {clock / 60:.2f} of them trained before" in more.stderr
 
 
 def test_train_minutes_stops_every_worker_at_the_same_step(tmp_path):
@@ -381,5 +381,5 @@ def test_train_minutes_stops_every_worker_at_the_same_step(tmp_path):
   processes, outputs = testutil.run_on_free_ports(2, start)
   for process, (_, stderr) in zip(processes, outputs):
     assert process.returncode == 0, stderr[-3000:]
-    assert "--train_minutes=0.001: stopping at step 50 " in stderr
+    assert "train_minutes=0.001: stopping at step 50 " in stderr
   assert _trained(tmp_path / "model")["step"] == 50

@@ -88,6 +88,19 @@ def test_two_members_score_the_weighted_mean_of_their_log_probabilities(pair):
     np.testing.assert_allclose(rescored, scores.numpy()[:, 0], rtol=1e-5)
 
 
+def test_the_attention_of_two_members_is_their_weighted_mean(pair):
+  """Each member's cross-attention weighed as its log-probabilities are (0.7, 0.3), not the
+  first member's alone; a row still sums to 1 over the source."""
+  ensemble = Ensemble(pair, weights=(7, 3))
+  targets = tf.constant([[5, 9, EOS_ID, 0], [12, EOS_ID, 0, 0], [20, 21, 22, EOS_ID]])
+  got = decoding.attention(ensemble, SOURCES, targets).numpy()
+  first, second = (decoding.attention(member, SOURCES, targets).numpy() for member in pair)
+  assert np.abs(first - second).max() > 0.05  # the members attend differently
+  np.testing.assert_allclose(got, 0.7 * first + 0.3 * second, atol=1e-6)
+  real = targets.numpy() != 0
+  np.testing.assert_allclose(got.sum(axis=-1)[real], 1.0, atol=1e-5)
+
+
 def test_the_ensemble_beam_is_an_exhaustive_search_on_a_toy_pair():
   """A target vocabulary of 5 (PAD and BOS, which no output holds, EOS and two words), outputs
   of at most 3 tokens: the 7 outputs that end in </s> are all kept by a beam of 8, best first

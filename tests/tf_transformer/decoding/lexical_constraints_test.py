@@ -209,3 +209,53 @@ def test_a_hypothesis_that_met_its_term_early_survives_a_narrow_beam():
       {"unused": tf.zeros([1])}, 2, 0.6, 6, eos, constraints_of([[[t]]]))
   assert tuple(ids[0, 0, :4].numpy()) == best
   np.testing.assert_allclose(scores[0, 0], score(best), rtol=1e-5)
+
+
+def test_after_a_phrase_the_word_inside_tokens_are_masked_in_that_row_alone():
+  """The whole-word rule by hand: phrase "3 4", token 5 goes on with the word before it. Only
+  the hypothesis that has just written the phrase's last token loses 5; one in the middle of
+  the phrase, one past it and any search without the rule keep every logit."""
+  word_inside = tf.constant([False] * 5 + [True])
+  constraints = lc.from_phrases(ragged([[[3, 4]]]), ragged([[]]), word_inside)
+  logits = tf.reshape(tf.range(18, dtype=tf.float32), [3, 6])  # 3 hypotheses, V = 6
+
+  def after(*steps):
+    state = lc.initial_state(constraints, 3)
+    for tokens in steps:
+      state = lc.advance(constraints, state, tf.constant([tokens]))
+    return state
+
+  # the three hypotheses wrote "3 4" (just completed), "3" (in the phrase), "2 4"
+  just_done = after([3, 3, 2], [4, 3, 4])
+  assert just_done.completed.numpy().tolist() == [[True, False, False]]
+  want = logits.numpy().copy()
+  want[0, 5] = NEG_INF
+  np.testing.assert_array_equal(lc.after_phrase_logits(logits, constraints, just_done), want)
+  past = after([3, 3, 2], [4, 3, 4], [2, 2, 2])  # "3 4 2": the phrase met, a word after it
+  np.testing.assert_array_equal(lc.after_phrase_logits(logits, constraints, past), logits)
+  without_rule = lc.from_phrases(ragged([[[3, 4]]]), ragged([[]]))
+  np.testing.assert_array_equal(lc.after_phrase_logits(logits, without_rule, just_done), logits)
+
+
+def test_a_term_is_met_as_a_whole_word():
+  """A bigram toy of "Hund" (h) and the piece "e" that would make it "Hunde": after h, e is
+  the likeliest (5 against EOS's 3). With e marked as going on with its word, the constrained
+  search writes "h EOS"; without the rule, "h e EOS"."""
+  eos, start, h, a, e = 1, 2, 3, 4, 5
+  logits = np.full((6, 6), -1e9, np.float32)
+  for prev, row in {start: {h: 5, a: 1}, h: {e: 5, eos: 3, a: 1}, e: {eos: 5},
+                    a: {eos: 5}}.items():
+    for token, value in row.items():
+      logits[prev, token] = value
+
+  def bigram(ids, step, cache):
+    return tf.gather(tf.constant(logits), ids), cache
+
+  def search(word_inside):
+    constraints = lc.from_phrases(ragged([[[h]]]), ragged([[]]), word_inside)
+    ids, _ = constrained_beam_search(bigram, tf.constant([start]), {}, 2, 0.0, 5, eos,
+                                     constraints)
+    return ids.numpy()[0, 0].tolist()
+
+  assert search(tf.constant([False] * 5 + [True])) == [h, eos, 0, 0, 0]
+  assert search(None) == [h, e, eos, 0, 0]

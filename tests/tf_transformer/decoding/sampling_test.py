@@ -178,22 +178,41 @@ def test_scores_are_the_models_log_probability_over_the_length_penalty():
 
 
 def test_no_eos_before_the_minimum_length_and_nothing_after_it():
+  """min_decode_length 4: EOS is the 4th token at the earliest, and some rows end right there
+  (an off-by-one either way fails)."""
   starts = tf.constant([0, 2, 3, 4, 5, 6] * 20)
   ids, _ = _markov_samples(list(range(120)), starts, min_decode_length=4)
+  first_ends = []
   for row in ids.numpy()[:, 0]:
     ends = np.flatnonzero(row == EOS)
     if len(ends):
-      assert ends[0] >= 3 and not row[ends[0] + 1:].any(), row
-  assert any(EOS in row for row in ids.numpy()[:, 0])
+      assert not row[ends[0] + 1:].any(), row
+      first_ends.append(int(ends[0]))
+  assert min(first_ends) == 3, sorted(first_ends)
+
+
+def _log_probability(start, tokens) -> float:
+  """log P(tokens | start) under TABLE (temperature 1), up to its first EOS."""
+  log_probs = TABLE - np.log(np.exp(TABLE).sum(axis=1, keepdims=True))
+  tokens = list(tokens)
+  tokens = tokens[:tokens.index(EOS) + 1] if EOS in tokens else tokens
+  path = [start] + tokens
+  return sum(log_probs[a, b] for a, b in zip(path, path[1:])), len(tokens)
 
 
 def test_a_forced_prefix_is_written_first_and_scored():
+  """The forced tokens are the output's first and count in its score as drawn ones do (the
+  model's log-probability of the whole output, the prefix's pieces included)."""
   starts = tf.constant([0, 0, 3])
   prefix = tf.constant([[5, 6, 7], [0, 0, 0], [2, 0, 0]])
   cache = {"steps": tf.zeros([3], tf.int32)}
-  ids, _ = sampling.sample(_markov, starts, cache, tf.constant([1, 2, 3], tf.int64), 10, EOS,
-                           prefix_ids=prefix)
+  ids, scores = sampling.sample(_markov, starts, cache, tf.constant([1, 2, 3], tf.int64), 10,
+                                EOS, prefix_ids=prefix, alpha=0.6)
   assert ids.numpy()[0, 0, :3].tolist() == [5, 6, 7] and ids.numpy()[2, 0, 0] == 2
+  for row, start in enumerate(starts.numpy()):
+    total, length = _log_probability(start, ids.numpy()[row, 0])
+    np.testing.assert_allclose(scores.numpy()[row, 0], total / ((5 + length) / 6) ** 0.6,
+                               rtol=1e-5)
 
 
 def test_each_step_draws_anew():
