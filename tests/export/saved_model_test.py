@@ -132,6 +132,10 @@ seeds = tf.range(tf.size(inputs), dtype=tf.int64)
 sampled = model.signatures["sample"](inputs=inputs, seed=seeds)
 sampled_prefix = model.signatures["sample_prefix"](inputs=inputs, prefix=tf.constant(
     json.loads(sys.argv[3])), seed=seeds)
+terms = tf.constant(["aa"] + [""] * (len(json.loads(sys.argv[2])) - 1))
+constrained = model.signatures["translate_constrained"](inputs=inputs, constraints=terms)
+constrained_prefix = model.signatures["translate_constrained_prefix"](
+    inputs=inputs, constraints=terms, prefix=tf.constant(json.loads(sys.argv[3])))
 modules = {name.split(".")[0] for name in sys.modules}
 print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules - imported),
                   "outputs": [o.decode() for o in best["outputs"].numpy()],
@@ -149,7 +153,11 @@ print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules -
                   "attention": align["attention"].numpy().tolist(),
                   "sampled": [o.decode() for o in sampled["outputs"].numpy()],
                   "sampled_scores": sampled["scores"].numpy().tolist(),
-                  "sampled_prefix": [o.decode() for o in sampled_prefix["outputs"].numpy()]}))
+                  "sampled_prefix": [o.decode() for o in sampled_prefix["outputs"].numpy()],
+                  "constrained": [[o.decode() for o in row]
+                                  for row in constrained["outputs"].numpy()],
+                  "constrained_prefix": [[o.decode() for o in row]
+                                         for row in constrained_prefix["outputs"].numpy()]}))
 """
 
 
@@ -229,6 +237,15 @@ def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_di
   assert loaded["sampled_prefix"] == [o.decode() for o in sampled_prefix["outputs"].numpy()]
   assert all(output.startswith(prefix) for output, prefix, text in zip(
       loaded["sampled_prefix"], _prefixes(), INPUTS) if text.strip())
+  # the constrained signatures: the term in every output of the first row, each output of
+  # the second search after its prefix; as the library's
+  terms = tf.constant(["aa"] + [""] * (len(INPUTS) - 1))
+  for name, result in (("constrained", module.translate_constrained(tf.constant(INPUTS), terms)),
+                       ("constrained_prefix", module.translate_constrained_prefix(
+                           tf.constant(INPUTS), terms, tf.constant(_prefixes())))):
+    assert loaded[name] == [[o.decode() for o in row] for row in result["outputs"].numpy()], name
+    assert all("aa" in output.split() for output in loaded[name][0]), loaded[name][0]
+  assert all(output.startswith("ss tt") for output in loaded["constrained_prefix"][0])
 
   # align: the same best translation, with attention rows over the pieces read and written
   assert loaded["align_outputs"] == loaded["outputs"]
