@@ -132,7 +132,7 @@ seeds = tf.range(tf.size(inputs), dtype=tf.int64)
 sampled = model.signatures["sample"](inputs=inputs, seed=seeds)
 sampled_prefix = model.signatures["sample_prefix"](inputs=inputs, prefix=tf.constant(
     json.loads(sys.argv[3])), seed=seeds)
-terms = tf.constant(["aa"] + [""] * (len(json.loads(sys.argv[2])) - 1))
+terms = tf.constant([sys.argv[4]] + [""] * (len(json.loads(sys.argv[2])) - 1))
 constrained = model.signatures["translate_constrained"](inputs=inputs, constraints=terms)
 constrained_prefix = model.signatures["translate_constrained_prefix"](
     inputs=inputs, constraints=terms, prefix=tf.constant(json.loads(sys.argv[3])))
@@ -167,14 +167,15 @@ print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules -
 _NOT_IMPORTED = {"tf_transformer", "data_pipeline", "export", "common", "sacrebleu"}
 
 
-def _run_fresh(version, inputs, prefixes) -> dict:
+def _run_fresh(version, inputs, prefixes, term="") -> dict:
   """_FRESH_PROCESS's results for the export `version` (its folder) over `inputs` and
-  `prefixes` (lists of str), run in a new interpreter: a process forked from the tests' server
+  `prefixes` (lists of str), and `term` for the first row of the constrained signatures ("":
+  none), run in a new interpreter: a process forked from the tests' server
   holds keras, tensorflow_text and sacrebleu already, and would hide a dependency on them.
   Checks that loading and calling the export imported no module that `import tensorflow,
   tensorflow_text` had not, and none of _NOT_IMPORTED at all."""
   result = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(inputs),
-                               json.dumps(prefixes), cwd="/", fresh=True)
+                               json.dumps(prefixes), term, cwd="/", fresh=True)
   assert result.returncode == 0, result.stderr
   loaded = json.loads(result.stdout.strip().splitlines()[-1])
   assert loaded["modules_loaded"] == []
@@ -210,7 +211,7 @@ def _prefixes() -> list[str]:
 
 
 def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
-  loaded = _run_fresh(exported / "1", INPUTS, _prefixes())
+  loaded = _run_fresh(exported / "1", INPUTS, _prefixes(), term="aa")
   model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   module = Translator(model, vocabulary, DecodeConfig(beam_size=2, nbest=2, max_source_length=32,
                                                      extra_decode_length=5))
