@@ -292,3 +292,74 @@ def assert_translate_alike(got, want, texts, **search):
   assert [[h.text for h in hs] for hs in got] == [[h.text for h in hs] for hs in want]
   np.testing.assert_allclose([h.score for hs in got for h in hs],
                              [h.score for hs in want for h in hs], rtol=1e-5)
+
+
+_EXPORT_FRESH_PROCESS = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops
+imported = {name.split(".")[0] for name in sys.modules}  # the top-level modules, as yet
+model = tf.saved_model.load(sys.argv[1])
+inputs = tf.constant(json.loads(sys.argv[2]))
+best = model.signatures["serving_default"](inputs=inputs)
+nbest = model.signatures["translate_nbest"](inputs=inputs)
+prefixed = model.signatures["translate_prefix"](inputs=inputs, prefix=tf.constant(
+    json.loads(sys.argv[3])))
+score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
+many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
+align = model.signatures["align"](inputs=inputs)
+seeds = tf.range(tf.size(inputs), dtype=tf.int64)
+sampled = model.signatures["sample"](inputs=inputs, seed=seeds)
+sampled_prefix = model.signatures["sample_prefix"](inputs=inputs, prefix=tf.constant(
+    json.loads(sys.argv[3])), seed=seeds)
+terms = tf.constant([sys.argv[4]] + [""] * (len(json.loads(sys.argv[2])) - 1))
+constrained = model.signatures["translate_constrained"](inputs=inputs, constraints=terms)
+constrained_prefix = model.signatures["translate_constrained_prefix"](
+    inputs=inputs, constraints=terms, prefix=tf.constant(json.loads(sys.argv[3])))
+modules = {name.split(".")[0] for name in sys.modules}
+print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules - imported),
+                  "outputs": [o.decode() for o in best["outputs"].numpy()],
+                  "scores": best["scores"].numpy().tolist(),
+                  "nbest_shape": list(nbest["outputs"].shape),
+                  "prefixed": [[o.decode() for o in row] for row in prefixed["outputs"].numpy()],
+                  "prefixed_scores": prefixed["scores"].numpy().tolist(),
+                  "log_prob": score["log_prob"].numpy().tolist(),
+                  "many": int(many["outputs"].shape[0]),
+                  "align_outputs": [o.decode() for o in align["outputs"].numpy()],
+                  "source_tokens": [[t.decode() for t in row]
+                                    for row in align["source_tokens"].numpy()],
+                  "target_tokens": [[t.decode() for t in row]
+                                    for row in align["target_tokens"].numpy()],
+                  "attention": align["attention"].numpy().tolist(),
+                  "sampled": [o.decode() for o in sampled["outputs"].numpy()],
+                  "sampled_scores": sampled["scores"].numpy().tolist(),
+                  "sampled_prefix": [o.decode() for o in sampled_prefix["outputs"].numpy()],
+                  "constrained": [[o.decode() for o in row]
+                                  for row in constrained["outputs"].numpy()],
+                  "constrained_prefix": [[o.decode() for o in row]
+                                         for row in constrained_prefix["outputs"].numpy()]}))
+"""
+
+
+# what a process that loads an export must not import (docs/serving.md: it loads with nothing
+# but tensorflow and tensorflow_text): the project's packages, the tools' dependencies. (Keras,
+# and matplotlib where it is installed, come with tensorflow's and tensorflow_text's imports.)
+_NOT_IMPORTED_BY_AN_EXPORT = {"tf_transformer", "data_pipeline", "export", "common", "sacrebleu"}
+
+
+def run_export_fresh(version, inputs, prefixes, term="") -> dict:
+  """_EXPORT_FRESH_PROCESS's results for the export `version` (its folder) over `inputs` and
+  `prefixes` (lists of str), and `term` for the first row of the constrained signatures ("":
+  none), run in a new interpreter: a process forked from the tests' server
+  holds keras, tensorflow_text and sacrebleu already, and would hide a dependency on them.
+  Checks that loading and calling the export imported no module that `import tensorflow,
+  tensorflow_text` had not, and none of _NOT_IMPORTED_BY_AN_EXPORT at all."""
+  result = run_python(_EXPORT_FRESH_PROCESS, str(version), json.dumps(inputs),
+                      json.dumps(prefixes), term, cwd="/", fresh=True)
+  assert result.returncode == 0, result.stderr
+  loaded = json.loads(result.stdout.strip().splitlines()[-1])
+  assert loaded["modules_loaded"] == []
+  modules = set(loaded["modules"])
+  assert "tensorflow_text" in modules
+  assert not modules & _NOT_IMPORTED_BY_AN_EXPORT, sorted(modules & _NOT_IMPORTED_BY_AN_EXPORT)
+  return loaded

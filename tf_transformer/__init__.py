@@ -13,3 +13,11 @@ def load(path: str, **kwargs):
   when the package is: the command-line tools set its environment first."""
   from tf_transformer import loading
   return loading.load(path, **kwargs)
+
+
+def __getattr__(name: str):
+  """`tf_transformer.InputCutWarning` (inference.py), imported when first named, as `load`."""
+  if name == "InputCutWarning":
+    from tf_transformer.inference import InputCutWarning
+    return InputCutWarning
+  raise AttributeError(f"module 'tf_transformer' has no attribute {name!r}")

@@ -3,6 +3,7 @@
 batching by length is length_batching.py's)."""
 
 import dataclasses
+import warnings
 from typing import Callable
 
 import tensorflow as tf
@@ -63,6 +64,32 @@ class Hypothesis:
   score: float
 
 
+class InputCutWarning(UserWarning):
+  """Sentences of a call with a text (source, target prefix, or target to score) longer than
+  max_source_length subword pieces: each was read up to there, and its answer is that of those
+  first pieces (a translation of the start of the source, a score of the start of the target).
+
+  Attributes:
+    sentences: their indices, numbered from the call's first_index (0-based).
+    max_source_length: the bound.
+  """
+
+  def __init__(self, sentences: list[int], max_source_length: int):
+    self.sentences, self.max_source_length = list(sentences), max_source_length
+    super().__init__(f"{self.numbers('sentence')} cut at max_source_length="
+                     f"{max_source_length} subword pieces: the answer is that of the first "
+                     "pieces")
+
+  def numbers(self, unit: str) -> str:
+    """"sentence 3 was", "sentences 3, 17 were" or "sentences 1, 2, ..., 10 and 5 more were"
+    (`unit` "sentence"): the first ten sentences, numbered from 1."""
+    shown = ", ".join(str(i + 1) for i in self.sentences[:10])
+    more = f" and {len(self.sentences) - 10} more" if len(self.sentences) > 10 else ""
+    if len(self.sentences) == 1:
+      return f"{unit} {shown} was"
+    return f"{unit}s {shown}{more} were"
+
+
 # What a call may change in a SavedModel's search: the rest is compiled into it at export.
 _CHANGEABLE_IN_A_SAVED_MODEL = ("strategy", "nbest", "seed")
 
@@ -82,6 +109,10 @@ class TranslationModel:
   (config.DecodeConfig fields as keyword arguments): a model directory's builds each new
   search once, at its first use; a SavedModel's is fixed at export but for its strategy
   ("beam" or "sample"), nbest and seed.
+
+  A text longer than the model's max_source_length subword pieces (a source, a target prefix,
+  a target to score) is read up to there, and the call warns with an InputCutWarning naming
+  its sentences (`warnings.simplefilter("error", InputCutWarning)` makes it an error).
 
   A multilingual model (trained with several target languages) translates into the one a call
   names (`target_language`), or else into `target_language`: the calls put its token
@@ -115,6 +146,15 @@ class TranslationModel:
     lang = language_tags.choose(target_language or self.target_language, self.languages,
                                 self.path)
     return language_tags.tagged(sources, lang) if lang else sources
+
+  def _warn_cut(self, first_index: int = 0, per_sentence: int = 1):
+    """on_cut for length_batching: an InputCutWarning of the sentences of the rows cut
+    (`per_sentence` rows each), numbered from `first_index`."""
+    def warn(rows):
+      sentences = sorted({first_index + row // per_sentence for row in rows})
+      warnings.warn(InputCutWarning(sentences, self.decode_config.max_source_length),
+                    stacklevel=4)
+    return warn
 
   def search_config(self, **search) -> DecodeConfig:
     """`decode_config` with the fields of `search` that are not None replaced.
@@ -192,8 +232,9 @@ class TranslationModel:
       strategies.check_constraints_allowed(config)
       constraints = _constraint_lines(constraints, len(sources), first_index)
     if config.strategy == "sample":
-      return self._sample(functions, config, sources, prefixes, first_index,
-                          batch_size=batch_size, batch_tokens=batch_tokens, progress=progress)
+      return self._sample(functions, config, sources, prefixes,
+                          self._warn_cut(first_index, config.nbest), batch_size=batch_size,
+                          batch_tokens=batch_tokens, progress=progress, first_index=first_index)
     if constraints is not None:
       translate = (functions.translate_constrained if prefixes is None
                    else functions.translate_constrained_prefix)
@@ -202,13 +243,14 @@ class TranslationModel:
     try:
       outputs, scores = translate_texts(translate, sources, batch_size, progress, batch_tokens,
                                         functions.count_tokens, prefixes,
-                                        constraints=constraints)
+                                        constraints=constraints,
+                                        on_cut=self._warn_cut(first_index))
     except ConstraintError as e:
       raise ConstraintError(first_index + e.sentence, e.problem) from None
     return _hypotheses(outputs, scores, nbest)
 
   @staticmethod
-  def _sample(functions, config, sources, prefixes, first_index, **batching):
+  def _sample(functions, config, sources, prefixes, on_cut, first_index, **batching):
     """`translate` by random sampling: config.nbest draws of each source, each its own row."""
     draws = config.nbest
     rows = [source for source in sources for _ in range(draws)]
@@ -221,7 +263,7 @@ class TranslationModel:
     outputs, scores = translate_texts(
         lambda *inputs: {name: value[:, tf.newaxis] for name, value in sample(*inputs).items()},
         rows, batching["batch_size"], None if progress is None else _Scaled(progress, draws),
-        batching["batch_tokens"], functions.count_tokens, prefixes, seeds)
+        batching["batch_tokens"], functions.count_tokens, prefixes, seeds, on_cut=on_cut)
     outputs = [[row[0] for row in outputs[i:i + draws]] for i in range(0, len(rows), draws)]
     scores = [[row[0] for row in scores[i:i + draws]] for i in range(0, len(rows), draws)]
     return _hypotheses(outputs, scores, draws)
@@ -240,12 +282,14 @@ class TranslationModel:
                           "line-aligned pairs")
     functions = self.functions(self.search_config(alpha=alpha))
     return score_texts(functions.score, sources, targets, batch_size, progress, batch_tokens,
-                       functions.count_tokens)
+                       functions.count_tokens, on_cut=self._warn_cut())
 
   def align(self, sources, *, batch_size: int | None = 64, batch_tokens: int | None = None,
-            progress=None, target_language: str | None = None, **search):
+            progress=None, first_index: int = 0, target_language: str | None = None,
+            **search):
     """The best translation of each source (beam search) and its hard alignment (see
-    `hard_alignment`); `search` and `target_language` as in `translate`.
+    `hard_alignment`); `search`, `first_index` (here only the numbering of an InputCutWarning)
+    and `target_language` as in `translate`.
 
     Returns:
       (list of str, list of lists of (source piece, target piece) 0-based index pairs).
@@ -254,7 +298,8 @@ class TranslationModel:
     sources = list(sources)
     tagged = self._tagged(sources, target_language)
     texts, alignments = align_texts(functions.align, tagged, batch_size, progress,
-                                    batch_tokens, functions.count_tokens)
+                                    batch_tokens, functions.count_tokens,
+                                    on_cut=self._warn_cut(first_index))
     if tagged is not sources:  # the source pieces of the text, not of the token before it
       shift = language_tags.TAG_PIECES
       alignments = [[(source - shift, target) for source, target in pairs if source >= shift]

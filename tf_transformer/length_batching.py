@@ -64,7 +64,7 @@ def _in_batches(fn, rows: list[int], lengths: list[int], total: int, batch_size,
 def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 64, progress=None,
                     batch_tokens: int | None = None, count_tokens=None,
                     prefixes: list[str] | None = None, seeds: list[int] | None = None,
-                    constraints: list[str] | None = None):
+                    constraints: list[str] | None = None, on_cut=None):
   """Translates `texts` in batches of similar length, keeping their order.
 
   Args:
@@ -83,6 +83,8 @@ def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 
     seeds: optional sampling seeds, one per text.
     constraints: optional tab-separated phrases, one line per text (see
       `Translator.translate_constrained`).
+    on_cut: optional fn(indices): called once, at the end, with the indices of the texts
+      whose source or prefix was cut (the output `cut`), if any.
 
   Returns:
     (list of n-best output lists, list of n-best score lists), one entry per text.
@@ -112,22 +114,39 @@ def translate_texts(translate_nbest, texts: list[str], batch_size: int | None = 
                                            np.asarray(result["scores"])):
       outputs[row] = [h.decode("utf-8") for h in hypotheses]
       scores[row] = [float(s) for s in row_scores]
+    cut.extend(_cut_rows(rows, result))
 
+  cut = []
   lengths = _lengths([texts[i] for i in todo], "source", batch_tokens, count_tokens)
   _in_batches(translate, todo, lengths, len(texts), batch_size, batch_tokens, progress)
+  _report(cut, on_cut)
   return outputs, scores
 
 
+def _cut_rows(rows: list[int], result: dict) -> list[int]:
+  """The values of `rows` whose row of a signature's `result` is cut (none from an export
+  older than the output)."""
+  if "cut" not in result:
+    return []
+  return [row for row, cut in zip(rows, np.asarray(result["cut"])) if cut]
+
+
+def _report(cut: list[int], on_cut):
+  if cut and on_cut is not None:
+    on_cut(sorted(cut))
+
+
 def score_texts(score, sources: list[str], targets: list[str], batch_size: int | None = 64,
-                progress=None, batch_tokens: int | None = None, count_tokens=None) -> list[float]:
+                progress=None, batch_tokens: int | None = None, count_tokens=None,
+                on_cut=None) -> list[float]:
   """The model's log-probability of each target given its source, over the length penalty.
 
   Args:
     score: fn(source string [B], target string [B]) -> {"log_prob": float32 [B]}.
     sources, targets: line-aligned sentences; every pair is scored, blank ones too (a blank
       target is `</s>` alone).
-    batch_size, batch_tokens, progress, count_tokens: as in `translate_texts`; a pair's length
-      is the longer of its sides.
+    batch_size, batch_tokens, progress, count_tokens, on_cut: as in `translate_texts`; a
+      pair's length is the longer of its sides, and it is cut when either is.
 
   Returns:
     One float per pair, in order.
@@ -135,15 +154,18 @@ def score_texts(score, sources: list[str], targets: list[str], batch_size: int |
   results = [0.0] * len(sources)
 
   def run(rows):
-    log_probs = score(tf.constant([sources[i] for i in rows]),
-                      tf.constant([targets[i] for i in rows]))["log_prob"]
-    for row, value in zip(rows, np.asarray(log_probs)):
+    result = score(tf.constant([sources[i] for i in rows]),
+                   tf.constant([targets[i] for i in rows]))
+    for row, value in zip(rows, np.asarray(result["log_prob"])):
       results[row] = float(value)
+    cut.extend(_cut_rows(rows, result))
 
+  cut = []
   lengths = [max(pair) for pair in zip(_lengths(sources, "source", batch_tokens, count_tokens),
                                        _lengths(targets, "target", batch_tokens, count_tokens))]
   _in_batches(run, list(range(len(sources))), lengths, len(sources), batch_size, batch_tokens,
               progress)
+  _report(cut, on_cut)
   return results
 
 
@@ -168,12 +190,12 @@ def hard_alignment(attention, source_tokens, target_tokens) -> list[tuple[int, i
 
 
 def align_texts(align, texts: list[str], batch_size: int | None = 64, progress=None,
-                batch_tokens: int | None = None, count_tokens=None):
+                batch_tokens: int | None = None, count_tokens=None, on_cut=None):
   """The best translation of each text with its hard alignment (see `hard_alignment`).
 
   Args:
     align: fn(string [B]) -> the dict of `Translator.align`.
-    texts, batch_size, progress, batch_tokens, count_tokens: as in `translate_texts`.
+    texts, batch_size, progress, batch_tokens, count_tokens, on_cut: as in `translate_texts`.
 
   Returns:
     (list of translations, list of lists of (source, target) piece index pairs), one entry per
@@ -190,7 +212,10 @@ def align_texts(align, texts: list[str], batch_size: int | None = 64, progress=N
       alignments[row] = hard_alignment(
           result["attention"][j], [p.decode("utf-8") for p in result["source_tokens"][j]],
           [p.decode("utf-8") for p in result["target_tokens"][j]])
+    cut.extend(_cut_rows(rows, result))
 
+  cut = []
   lengths = _lengths([texts[i] for i in todo], "source", batch_tokens, count_tokens)
   _in_batches(run, todo, lengths, len(texts), batch_size, batch_tokens, progress)
+  _report(cut, on_cut)
   return outputs, alignments

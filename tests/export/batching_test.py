@@ -217,6 +217,20 @@ def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(expor
       counts)
 
 
+def test_a_batching_export_answers_alike_in_a_process_with_only_tensorflow(exports, loaded):
+  """The --batching export, loaded by a new interpreter that imports nothing of the project,
+  answers every signature, serving_default and translate_constrained as in this process."""
+  prefixes = ["ss" if row % 2 else "" for row in range(len(_TEXTS))]
+  fresh = testutil.run_export_fresh(exports["batched"], _TEXTS, prefixes, term="ss")
+  signatures = loaded["batched"].signatures
+  best = signatures["serving_default"](inputs=tf.constant(_TEXTS))
+  assert fresh["outputs"] == [o.decode() for o in best["outputs"].numpy()]
+  terms = tf.constant(["ss"] + [""] * (len(_TEXTS) - 1))
+  constrained = signatures["translate_constrained"](inputs=tf.constant(_TEXTS), constraints=terms)
+  assert fresh["constrained"] == [[o.decode() for o in row]
+                                  for row in constrained["outputs"].numpy()]
+
+
 def test_batching_settings_are_recorded(exports):
   settings = json.loads((exports["merging"] / "assets.extra" / "decoding.json").read_text())
   assert settings["batching"] == {

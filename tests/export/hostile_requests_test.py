@@ -3,6 +3,7 @@ signature of an export. Every request returns (a row per input row) or fails wit
 the process's memory stays bounded, whatever the size of a line, a target or a request."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -30,7 +31,8 @@ _LONG = {
     "only white space": "[b' \\t  ', b'']",
     "a 1 MB line, one word": "[b'x' * 2**20]",
     "a 1 MB line of words": "[b'aa ' * 350_000]",
-    "5,000 short rows": "[b'aa bb'] * 5000",
+    # (10,000 rows of each signature: saved_model_test's large requests)
+    "1,000 short rows": "[b'aa bb'] * 1000",
     "rows x length at the limit (129 rows of 1,000 words)":
         f"[b'aa bb cc dd ' * 250] * {2 * MAX_BATCH_SIZE + 1}",
     "no row": "[]",
@@ -48,7 +50,7 @@ TABLES = {
         **{name: (f"source={rows}, target={rows}", False) for name, rows in _LONG.items()},
         "a 5,000-word target": ("source=[b'aa'], target=[b'bb ' * 5000]", False),
         "a 20,000-word target": ("source=[b'aa'], target=[b'bb cc ' * 10_000]", False),
-        "5,000 rows of 1,000-word targets": ("source=[b'aa'] * 5000, target=[b'bb ' * 1000] * 5000",
+        "1,000 rows of 1,000-word targets": ("source=[b'aa'] * 1000, target=[b'bb ' * 1000] * 1000",
                                              False),
         "row counts differ": ("source=[b'aa', b'bb'], target=[b'cc']",
                               "score: source and target must have the same number of rows"),
@@ -57,7 +59,7 @@ TABLES = {
         **{name: (f"inputs={rows}, constraints=[b''] * len({rows})", False)
            for name, rows in _LONG.items()},
         **{name: (f"inputs={rows}, constraints=[b'aa'] * len({rows})", False)
-           for name, rows in (("5,000 rows each with a phrase", "[b'aa bb'] * 5000"),)},
+           for name, rows in (("1,000 rows each with a phrase", "[b'aa bb'] * 1000"),)},
         "invalid UTF-8, NUL and control bytes in phrases to avoid": (
             "inputs=[b'aa', b'bb'], constraints=[b'!\\xc3\\x28', b'!a\\x00b\\x07']", False),
         "a phrase to include that the vocabulary cannot write": (
@@ -223,14 +225,40 @@ def test_every_hostile_request_returns_or_fails_in_bounded_memory(report, signat
   assert growth < MEMORY_BOUND
 
 
-def test_a_target_over_the_limit_scores_as_its_first_pieces(tiny_model_dir):
+def test_a_target_over_the_limit_scores_as_its_first_pieces_and_says_so(tiny_model_dir):
   """load().score (and so translate --score) cuts the target at max_length pieces, as the
-  source: a 5,000-word target scores as its first MAX_LENGTH pieces."""
+  source: a 5,000-word target scores as its first MAX_LENGTH pieces, and the call warns with
+  an InputCutWarning naming that pair alone."""
   model = tf_transformer.load(str(tiny_model_dir), beam_size=2, max_source_length=MAX_LENGTH)
   words = ["aa", "bb", "cc"] * 2000
   pieces = model.count_tokens([" ".join(words[:MAX_LENGTH])], "target")[0] - 1
   assert pieces == MAX_LENGTH  # one piece a word: the cut text is the first 32 words
-  long, cut, shorter = model.score(["aa bb"] * 3, [" ".join(words), " ".join(words[:MAX_LENGTH]),
-                                                   " ".join(words[:MAX_LENGTH - 1])])
+  with pytest.warns(tf_transformer.InputCutWarning) as warned:
+    long, cut, shorter = model.score(["aa bb"] * 3, [" ".join(words),
+                                                     " ".join(words[:MAX_LENGTH]),
+                                                     " ".join(words[:MAX_LENGTH - 1])])
+  assert [w.message.sentences for w in warned] == [[0]]
+  assert str(warned[0].message) == (f"sentence 1 was cut at max_source_length={MAX_LENGTH} "
+                                    "subword pieces: the answer is that of the first pieces")
   assert np.isfinite(long) and long == pytest.approx(cut, abs=1e-5)
   assert shorter != pytest.approx(cut, abs=1e-5)
+
+
+def test_translate_warns_of_the_sentences_it_cut_numbered_from_first_index(tiny_model_dir):
+  model = tf_transformer.load(str(tiny_model_dir), beam_size=2, max_source_length=MAX_LENGTH,
+                              extra_decode_length=2)
+  long = " ".join(["aa", "bb"] * MAX_LENGTH)
+  for call, per in (({}, "translate"), ({"strategy": "sample", "nbest": 3}, "samples"),
+                    ({"target_prefix": ["", long, ""]}, "prefix")):
+    sources = ["aa", long, "bb"] if per != "prefix" else ["aa", "bb", "cc"]
+    with pytest.warns(tf_transformer.InputCutWarning) as warned:
+      model.translate(sources, first_index=10, **call)
+    assert [w.message.sentences for w in warned] == [[11]], per
+  with pytest.warns(tf_transformer.InputCutWarning) as warned:
+    model.align([long, "aa", long])
+  assert [w.message.sentences for w in warned] == [[0, 2]]
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", tf_transformer.InputCutWarning)
+    model.translate(["aa bb"])  # nothing cut: no warning
+    with pytest.raises(tf_transformer.InputCutWarning):
+      model.translate([long])

@@ -16,6 +16,7 @@ from data_pipeline.token_ids import EOS_ID
 from tests import testutil
 from tf_transformer import checkpoints, decoding
 from tf_transformer.config import DecodeConfig
+from tf_transformer.serving import signatures
 from tf_transformer.serving.translator import Translator
 
 INPUTS = ["aa bb cc", "", "dd ee", "こんにちは世界", "Tiếng Việt có dấu", "emoji 🙂 \x07 ctl",
@@ -114,77 +115,6 @@ def test_saved_model_cli_shows_the_signatures(exported):
       in align
 
 
-_FRESH_PROCESS = """
-import json, sys
-import tensorflow as tf
-import tensorflow_text  # registers the SentencePiece ops
-imported = {name.split(".")[0] for name in sys.modules}  # the top-level modules, as yet
-model = tf.saved_model.load(sys.argv[1])
-inputs = tf.constant(json.loads(sys.argv[2]))
-best = model.signatures["serving_default"](inputs=inputs)
-nbest = model.signatures["translate_nbest"](inputs=inputs)
-prefixed = model.signatures["translate_prefix"](inputs=inputs, prefix=tf.constant(
-    json.loads(sys.argv[3])))
-score = model.signatures["score"](source=inputs[:1], target=tf.constant(["aa"]))
-many = model.signatures["serving_default"](inputs=tf.constant(["aa bb"] * 1000))
-align = model.signatures["align"](inputs=inputs)
-seeds = tf.range(tf.size(inputs), dtype=tf.int64)
-sampled = model.signatures["sample"](inputs=inputs, seed=seeds)
-sampled_prefix = model.signatures["sample_prefix"](inputs=inputs, prefix=tf.constant(
-    json.loads(sys.argv[3])), seed=seeds)
-terms = tf.constant([sys.argv[4]] + [""] * (len(json.loads(sys.argv[2])) - 1))
-constrained = model.signatures["translate_constrained"](inputs=inputs, constraints=terms)
-constrained_prefix = model.signatures["translate_constrained_prefix"](
-    inputs=inputs, constraints=terms, prefix=tf.constant(json.loads(sys.argv[3])))
-modules = {name.split(".")[0] for name in sys.modules}
-print(json.dumps({"modules": sorted(modules), "modules_loaded": sorted(modules - imported),
-                  "outputs": [o.decode() for o in best["outputs"].numpy()],
-                  "scores": best["scores"].numpy().tolist(),
-                  "nbest_shape": list(nbest["outputs"].shape),
-                  "prefixed": [[o.decode() for o in row] for row in prefixed["outputs"].numpy()],
-                  "prefixed_scores": prefixed["scores"].numpy().tolist(),
-                  "log_prob": score["log_prob"].numpy().tolist(),
-                  "many": int(many["outputs"].shape[0]),
-                  "align_outputs": [o.decode() for o in align["outputs"].numpy()],
-                  "source_tokens": [[t.decode() for t in row]
-                                    for row in align["source_tokens"].numpy()],
-                  "target_tokens": [[t.decode() for t in row]
-                                    for row in align["target_tokens"].numpy()],
-                  "attention": align["attention"].numpy().tolist(),
-                  "sampled": [o.decode() for o in sampled["outputs"].numpy()],
-                  "sampled_scores": sampled["scores"].numpy().tolist(),
-                  "sampled_prefix": [o.decode() for o in sampled_prefix["outputs"].numpy()],
-                  "constrained": [[o.decode() for o in row]
-                                  for row in constrained["outputs"].numpy()],
-                  "constrained_prefix": [[o.decode() for o in row]
-                                         for row in constrained_prefix["outputs"].numpy()]}))
-"""
-
-
-# what a process that loads an export must not import (docs/serving.md: it loads with nothing
-# but tensorflow and tensorflow_text): the project's packages, the tools' dependencies. (Keras,
-# and matplotlib where it is installed, come with tensorflow's and tensorflow_text's imports.)
-_NOT_IMPORTED = {"tf_transformer", "data_pipeline", "export", "common", "sacrebleu"}
-
-
-def _run_fresh(version, inputs, prefixes, term="") -> dict:
-  """_FRESH_PROCESS's results for the export `version` (its folder) over `inputs` and
-  `prefixes` (lists of str), and `term` for the first row of the constrained signatures ("":
-  none), run in a new interpreter: a process forked from the tests' server
-  holds keras, tensorflow_text and sacrebleu already, and would hide a dependency on them.
-  Checks that loading and calling the export imported no module that `import tensorflow,
-  tensorflow_text` had not, and none of _NOT_IMPORTED at all."""
-  result = testutil.run_python(_FRESH_PROCESS, str(version), json.dumps(inputs),
-                               json.dumps(prefixes), term, cwd="/", fresh=True)
-  assert result.returncode == 0, result.stderr
-  loaded = json.loads(result.stdout.strip().splitlines()[-1])
-  assert loaded["modules_loaded"] == []
-  modules = set(loaded["modules"])
-  assert "tensorflow_text" in modules
-  assert not modules & _NOT_IMPORTED, sorted(modules & _NOT_IMPORTED)
-  return loaded
-
-
 def test_saving_traces_no_function_a_second_time(model_dir, tmp_path):
   """The SavedModel serves the concrete functions of Translator.signatures(): saving it traces
   none of the module's tf.functions again (under the save's variable policy, which doubled an
@@ -195,7 +125,7 @@ def test_saving_traces_no_function_a_second_time(model_dir, tmp_path):
   functions = [getattr(module, name) for name in (
       "serve", "translate_nbest", "translate_prefix", "translate_constrained",
       "translate_constrained_prefix", "sample", "sample_prefix", "score", "align")]
-  functions += list(module._searches.value.values())
+  functions += list(module._searches.value.functions.values())
   traced = [function.experimental_get_tracing_count() for function in functions]
   tf.saved_model.save(module, str(tmp_path / "saved"), signatures=signatures)
   assert [function.experimental_get_tracing_count() for function in functions] == traced
@@ -211,7 +141,7 @@ def _prefixes() -> list[str]:
 
 
 def test_fresh_process_with_only_tensorflow_translates_like_the_library(model_dir, exported):
-  loaded = _run_fresh(exported / "1", INPUTS, _prefixes(), term="aa")
+  loaded = testutil.run_export_fresh(exported / "1", INPUTS, _prefixes(), term="aa")
   model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   module = Translator(model, vocabulary, DecodeConfig(beam_size=2, nbest=2, max_source_length=32,
                                                      extra_decode_length=5))
@@ -291,7 +221,7 @@ def test_reduced_precision_export_loads_with_only_tensorflow(model_dir, exported
   assert precision not in full and precision in low
   assert low["float32"] + low[precision] < (0.45 if precision == "int8" else 0.65) * full["float32"]
 
-  loaded = _run_fresh(version, INPUTS, _prefixes())
+  loaded = testutil.run_export_fresh(version, INPUTS, _prefixes())
   model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   # compiled by XLA as the export is: a rounding step of int8 or bfloat16 turns the last bit of
   # a float32 difference between XLA and TensorFlow's kernels into a visible one
@@ -328,22 +258,50 @@ def test_score_refuses_sources_and_targets_of_different_counts(loaded):
     loaded.signatures["score"](source=tf.constant(["aa", "bb"]), target=tf.constant(["aa"]))
 
 
+def _request(name: str, rows: int) -> dict:
+  """A request of `rows` rows to signature `name`: short texts of 2-8 words in its text
+  inputs, no prefix, no constraint, seeds 0-6 (each row the same as the row 7 below it)."""
+  texts = tf.constant([f"aa bb {'cc ' * (i % 7)}" for i in range(rows)], tf.string)
+  values = {signatures.TEXTS: texts, signatures.PREFIX: tf.fill([rows], ""),
+            signatures.NO_CONSTRAINT: tf.fill([rows], ""),
+            signatures.ROW_INDEX: tf.range(rows, dtype=tf.int64) % 7}
+  return {tensor.name: values[tensor.warmup] for tensor in signatures.BY_NAME[name].inputs}
+
+
+@pytest.mark.parametrize("name", signatures.NAMES)
 @pytest.mark.parametrize("rows", [0, 10_000])
-def test_empty_and_large_requests_translate_every_row(serving_default, rows):
-  inputs = tf.constant([f"aa bb {'cc ' * (i % 7)}" for i in range(rows)], tf.string)
+def test_empty_and_large_requests_answer_every_row(loaded, name, rows):
+  function = loaded.signatures[name]
+  request = _request(name, rows)
   if rows:  # the request's batch shapes decoded once (compiled), then a batch of 64 measured
-    for batch in (inputs[:64], inputs[:rows % 64]):
-      serving_default(inputs=batch)
-    _, batch_growth = testutil.peak_memory_growth(lambda: serving_default(inputs=inputs[:64]))
-  result, growth = testutil.peak_memory_growth(lambda: serving_default(inputs=inputs))
-  assert result["outputs"].shape == (rows,) and result["scores"].shape == (rows,)
+    for part in (slice(0, 64), slice(0, rows % 64)):
+      function(**{key: value[part] for key, value in request.items()})
+    _, batch_growth = testutil.peak_memory_growth(
+        lambda: function(**{key: value[:64] for key, value in request.items()}))
+  result, growth = testutil.peak_memory_growth(lambda: function(**request))
+  assert {key: value.shape[0] for key, value in result.items()} == {key: rows for key in result}
   if rows:
-    assert result["outputs"][0].numpy() == result["outputs"][7].numpy()  # the same input
+    for value in result.values():
+      np.testing.assert_array_equal(value[0].numpy(), value[7].numpy())
     # decoded 64 rows at a time: no more memory than a batch of 64, but for the request and
-    # its answer (10,000 short strings each): under 1 MB here, 600 MB for the rows at once
-    print(f"resident memory growth: {batch_growth / 2**20:.1f} MiB for 64 rows, "
-          f"{growth / 2**20:.1f} MiB for {rows}")
-    assert growth < batch_growth + 16 * 2**20
+    # its answer (under 1 MB here but for align's attention, 600 MB for the rows at once)
+    answer = sum(sum(map(len, value.numpy().ravel())) if value.dtype == tf.string
+                 else value.numpy().nbytes for value in result.values())
+    print(f"{name}: resident memory growth: {batch_growth / 2**20:.1f} MiB for 64 rows, "
+          f"{growth / 2**20:.1f} MiB for {rows}, an answer of {answer / 2**20:.1f} MiB")
+    assert growth < batch_growth + 2 * answer + 16 * 2**20
+
+
+def test_empty_constraints_translate_as_translate_nbest_bit_for_bit_under_xla(loaded):
+  """The XLA export (decode_jit, the default): the constrained search's programs, given no
+  phrase, give translate_nbest's outputs and scores exactly."""
+  inputs = tf.constant([f"aa bb {'cc dd ' * i}" for i in range(6)] + [""])
+  plain = loaded.signatures["translate_nbest"](inputs=inputs)
+  for name, extra in (("translate_constrained", {}),
+                      ("translate_constrained_prefix", {"prefix": tf.fill([7], "")})):
+    constrained = loaded.signatures[name](inputs=inputs, constraints=tf.fill([7], ""), **extra)
+    assert constrained["outputs"].numpy().tolist() == plain["outputs"].numpy().tolist(), name
+    assert constrained["scores"].numpy().tobytes() == plain["scores"].numpy().tobytes(), name
 
 
 @pytest.mark.parametrize("args, message", [
@@ -483,7 +441,7 @@ def test_an_int8_shortlist_export_translates_as_the_whole_vocabulary_with_only_t
   prefixes = ["w13" if row % 2 else "" for row in range(len(sources))]
   # the whole dev set in one request (each sentence its own shortlist of 9 pieces), in a
   # process of its own
-  loaded = _run_fresh(version, sources, prefixes)
+  loaded = testutil.run_export_fresh(version, sources, prefixes)
   shortlisted = tf.saved_model.load(str(version)).signatures
   whole = tf.saved_model.load(str(whole_version)).signatures
   expected = whole["serving_default"](inputs=tf.constant(sources))

@@ -5,10 +5,12 @@ The tools import the library inside their `main`, after `run` has set up the pro
 environment below must be in place before TensorFlow loads.
 """
 
+import contextlib
 import logging as std_logging
 import os
 import re
 import sys
+import warnings
 
 from absl import app, flags, logging
 
@@ -133,6 +135,27 @@ def _list_key_flags(main):
   for module_name in ("tf_transformer.bin.shared_flags", main.__module__):
     for flag in flags.FLAGS.get_flags_for_module(module_name):
       flags.FLAGS.register_key_flag_for_module(program, flag)
+
+
+@contextlib.contextmanager
+def reporting_cut_lines(where: str, unit: str = "line"):
+  """Shows each inference.InputCutWarning of the block as a line "warning: `where`: lines ...
+  were cut at --max_length=N subword pieces: ..." on stderr, its sentences numbered as the
+  `unit`s ("line", say) of the input `where` names."""
+  from tf_transformer.inference import InputCutWarning
+  with warnings.catch_warnings():
+    warnings.simplefilter("always", InputCutWarning)
+    shown = warnings.showwarning
+
+    def show(message, category, *args, **kwargs):
+      if not isinstance(message, InputCutWarning):
+        return shown(message, category, *args, **kwargs)
+      print(f"warning: {where}: {message.numbers(unit)} cut at --max_length="
+            f"{message.max_source_length} subword pieces: the answer is that of the first "
+            "pieces", file=sys.stderr, flush=True)
+
+    warnings.showwarning = show
+    yield
 
 
 def run(main, required_flags: tuple[str, ...] = ()):

@@ -28,15 +28,17 @@ def main(argv):
 
   decode_config = shared_flags.decode_config_from_flags()
   search = shared_flags.per_call_search()
-  scan_parallel(FLAGS.src, FLAGS.ref)
+  scan = scan_parallel(FLAGS.src, FLAGS.ref)
   pairs = read_parallel(FLAGS.src, FLAGS.ref)
   model = shared_flags.model_from_flags(decode_config)
   sources, references = [list(side) for side in zip(*pairs)]
   path = FLAGS.output or "hypotheses.txt"
   with files.atomic_file(path) as f:
     progress = ProgressBar(len(sources), unit="sentence", label="decoding")
-    hypotheses = model.translate(sources, batch_size=FLAGS.batch_size, progress=progress,
-                                 **search)
+    # (the pairs read are the non-empty ones: numbered as lines when there is no other)
+    with cli.reporting_cut_lines(FLAGS.src, "non-empty pair" if scan.empty_pairs else "line"):
+      hypotheses = model.translate(sources, batch_size=FLAGS.batch_size, progress=progress,
+                                   **search)
     progress.close()
     f.writelines(h + "\n" for h in hypotheses)
   results = metrics.report(hypotheses, references)

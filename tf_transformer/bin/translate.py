@@ -99,8 +99,11 @@ def main(argv):
   batch_size = FLAGS.batch_size if batch_tokens is None or FLAGS["batch_size"].present else None
   batching = dict(batch_size=batch_size, batch_tokens=batch_tokens)
   streaming = FLAGS.stream or (not FLAGS.score and not FLAGS.input and sys.stdin.isatty())
+  where = FLAGS.input or "<stdin>"
+  if FLAGS.score:
+    where += f" and {FLAGS.targets}"
   with (files.atomic_file(FLAGS.output) if FLAGS.output
-        else contextlib.nullcontext(sys.stdout)) as out:
+        else contextlib.nullcontext(sys.stdout)) as out, cli.reporting_cut_lines(where):
     if streaming:
       if sys.stdin.isatty() and not FLAGS.input:
         logging.info("translating each line as it is typed (Ctrl-D ends)")

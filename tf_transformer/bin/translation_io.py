@@ -45,7 +45,7 @@ def translation_lines(model, texts: list[str], nbest: int = 1, print_alignment=F
   """
   search = search or {}
   if print_alignment:
-    outputs, alignments = model.align(texts, **batching)
+    outputs, alignments = model.align(texts, first_index=first_index, **batching)
     return [f"{output} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}\n"
             for output, pairs in zip(outputs, alignments)]
   translated = model.translate(texts, nbest=nbest, target_prefix=target_prefix,

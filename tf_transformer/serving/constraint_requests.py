@@ -1,5 +1,6 @@
 """Terminology constraints as a request sends them (lines of tab-separated target phrases),
-read and checked in-graph into decoding.lexical_constraints.Constraints of fixed widths.
+checked in-graph for the whole request, then read into decoding.lexical_constraints.Constraints
+a chunk of rows at a time.
 
 A line holds tab-separated phrases of target text; one that starts with "!" must not appear;
 "" holds none. A request whose constraints cannot be met fails with an InvalidArgumentError
@@ -14,7 +15,6 @@ import tensorflow as tf
 from data_pipeline.token_ids import UNK_ID
 from tf_transformer import decoding
 from tf_transformer.decoding import lexical_constraints
-from tf_transformer.serving import xla_shapes
 from tf_transformer.serving.signatures import BYTES_PER_PIECE
 
 
@@ -25,23 +25,10 @@ def word_inside(tokenizer, vocab_size: int):
   return [piece.decode("utf-8")[:1].isalnum() for piece in pieces]
 
 
-def trimmed(constraints, inside):
-  """lexical_constraints.Constraints padded to any widths -> the same constraints cut to the
-  widths of their longest row (padding costs every step of the search), with word_inside
-  `inside`."""
-  def longest(counts):  # (0 for no row)
-    return tf.reduce_max(tf.concat([tf.reshape(counts, [-1]), [0]], axis=0))
-
-  def count(mask, axis):
-    return tf.reduce_sum(tf.cast(mask, tf.int32), axis=axis)
-
-  tokens, continues, banned = constraints[:3]
-  width = longest(count(tokens > 0, axis=1))
-  phrase_lengths = count(banned > 0, axis=2)  # -> [B, N]
-  return lexical_constraints.Constraints(
-      tokens[:, :width], continues[:, :width],
-      banned[:, :longest(count(phrase_lengths > 0, axis=1)), :longest(phrase_lengths)],
-      inside)
+def constraints_of(pieces: "ConstraintPieces", inside):
+  """`constraint_pieces` of some rows -> their lexical_constraints.Constraints, as wide as the
+  longest row's (padding costs every step of the search), with word_inside `inside`."""
+  return lexical_constraints.from_phrases(pieces.positive, pieces.negative, inside)
 
 
 def phrase_bytes(max_constraint_tokens: int) -> int:
@@ -88,11 +75,11 @@ def constraint_pieces(tokenizer, lines, max_constraint_tokens: int) -> Constrain
                           tf.ragged.boolean_mask(nested, negative), empty, too_long, too_many)
 
 
-def checked(pieces: ConstraintPieces, limits, prefix_ids, max_constraint_tokens: int):
-  """The constraints of each row, once each row's can be met: lexical_constraints.Constraints
-  (tokens, continues [B, max_constraint_tokens], banned [B, max_constraint_tokens,
-  max_constraint_tokens]; no word_inside), fixed widths so that concurrent requests' rows
-  merge. Their ops run after assertions that fail the request (see the module's docstring).
+def checks(pieces: ConstraintPieces, limits, prefix_ids, max_constraint_tokens: int):
+  """Assertions that fail the request unless each row's constraints can be met: a list of ops
+  to run before its search. They read the phrases' pieces alone (memory as the request's
+  text), and the constraints are built a chunk of rows at a time after them (`constraints_of`),
+  so that a request of any number of rows takes bounded memory.
 
   The problems: an empty phrase; more than 2 x max_constraint_tokens phrases; a phrase of
   more bytes than max_constraint_tokens pieces can hold (BYTES_PER_PIECE each); a phrase of
@@ -137,10 +124,4 @@ def checked(pieces: ConstraintPieces, limits, prefix_ids, max_constraint_tokens:
   asserts = [tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [
       f"constraints: {problem} in row", tf.argmax(tf.concat([tf.cast(bad, tf.int32), [0]], 0))])
       for bad, problem in checks]
-  with tf.control_dependencies(asserts):
-    constraints = lexical_constraints.from_phrases(positive, negative)
-    return constraints._replace(**{
-        name: tf.ensure_shape(
-            xla_shapes.padded_to(getattr(constraints, name), tf.fill([rank - 1], size)),
-            [None] + [size] * (rank - 1))
-        for name, rank in lexical_constraints.PER_SENTENCE_RANKS.items()})
+  return asserts

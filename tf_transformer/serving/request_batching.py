@@ -19,7 +19,7 @@ def batched(queue: str, batching, fn, *inputs):
     batching: config.BatchingConfig, or None (fn runs as it is).
     fn: fn(*tensors [b] each) -> tuple of tensors [b, ...], row i of each output depending
       on row i of the inputs alone.
-    inputs: tensors [B, ...] (strings, seeds, or constraints of fixed widths).
+    inputs: tensors [B] (strings or seeds).
   """
   if batching is None:
     return fn(*inputs)

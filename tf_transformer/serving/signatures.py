@@ -30,17 +30,20 @@ class Tensor:
 
   Attributes:
     name: its key in a request or a response.
-    dtype: tf.string, tf.int64, tf.float32 or tf.int32.
+    dtype: tf.string, tf.int64, tf.float32, tf.int32 or tf.bool.
     shape: as documented, e.g. "[None]", "[None, beam]" (the first dimension: the rows).
     bound: what bounds an input whatever a client sends ("" for outputs).
     warmup: what a warm-up request sends to an input (TEXTS, PREFIX, NO_CONSTRAINT,
       ROW_INDEX).
+    side: "source" or "target" for a text read as that side's subword pieces, cut at
+      max_source_length of them (and reported in the output `cut`); "" for other inputs.
   """
   name: str
   dtype: tf.DType
   shape: str = "[None]"
   bound: str = ""
   warmup: str = TEXTS
+  side: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,15 +80,18 @@ class Signature:
     return [tf.TensorSpec([None], tensor.dtype, name=tensor.name) for tensor in self.inputs]
 
 
-_INPUTS = Tensor("inputs", tf.string, bound=_ROW_TEXT)
-_PREFIX = Tensor("prefix", tf.string, bound=_ROW_TEXT, warmup=PREFIX)
+_INPUTS = Tensor("inputs", tf.string, bound=_ROW_TEXT, side="source")
+_PREFIX = Tensor("prefix", tf.string, bound=_ROW_TEXT, warmup=PREFIX, side="target")
 _CONSTRAINTS = Tensor("constraints", tf.string, warmup=NO_CONSTRAINT, bound=(
     "at most 2 x max_constraint_tokens phrases a row, each of at most "
     f"{BYTES_PER_PIECE} x max_constraint_tokens bytes (more is refused)"))
 _SEED = Tensor("seed", tf.int64, bound="any int64", warmup=ROW_INDEX)
-_BEST = (Tensor("outputs", tf.string), Tensor("scores", tf.float32))
+# Every signature's last output: whether a text of the row was cut (`_ROW_TEXT`), its answer
+# then being that of the text's first pieces
+CUT = Tensor("cut", tf.bool)
+_BEST = (Tensor("outputs", tf.string), Tensor("scores", tf.float32), CUT)
 _NBEST = (Tensor("outputs", tf.string, "[None, beam]"),
-          Tensor("scores", tf.float32, "[None, beam]"))
+          Tensor("scores", tf.float32, "[None, beam]"), CUT)
 
 SIGNATURES = (
     Signature("serving_default", "serve", (_INPUTS,), _BEST, "the best translation",
@@ -105,13 +111,13 @@ SIGNATURES = (
     Signature("sample_prefix", "sample_prefix", (_INPUTS, _PREFIX, _SEED), _BEST,
               "as `sample`, each output beginning with its prefix"),
     Signature("score", "score",
-              (Tensor("source", tf.string, bound=_ROW_TEXT),
-               Tensor("target", tf.string, bound=_ROW_TEXT)),
-              (Tensor("log_prob", tf.float32),), "with the export's alpha"),
+              (Tensor("source", tf.string, bound=_ROW_TEXT, side="source"),
+               Tensor("target", tf.string, bound=_ROW_TEXT, side="target")),
+              (Tensor("log_prob", tf.float32), CUT), "with the export's alpha"),
     Signature("align", "align", (_INPUTS,),
               (Tensor("outputs", tf.string), Tensor("source_tokens", tf.string, "[None, S]"),
                Tensor("target_tokens", tf.string, "[None, T]"),
-               Tensor("attention", tf.float32, "[None, T, S]")),
+               Tensor("attention", tf.float32, "[None, T, S]"), CUT),
               "the subword pieces read and written (`</s>` included, `\"\"` as padding) and "
               "the last decoder layer's attention between them", batched=False),
 )
@@ -131,7 +137,8 @@ def call(function, name: str, *args) -> dict:
   return function(**dict(zip(BY_NAME[name].input_names, args)))
 
 
-_DTYPE_NAMES = {tf.string: "string", tf.int64: "int64", tf.float32: "float", tf.int32: "int32"}
+_DTYPE_NAMES = {tf.string: "string", tf.int64: "int64", tf.float32: "float", tf.int32: "int32",
+                tf.bool: "bool"}
 
 
 def _described(tensors) -> str:
@@ -157,4 +164,7 @@ def markdown_table() -> str:
   inputs = {tensor.name: tensor for signature in SIGNATURES for tensor in signature.inputs}
   lines += ["", "| input | bound |", "|---|---|", f"| (rows) | {_ROWS} |"]
   lines += [f"| `{tensor.name}` | {tensor.bound} |" for tensor in inputs.values()]
+  lines += ["", f"Every signature's output `{CUT.name}` (bool `[None]`) is true for a row with a "
+            "text cut at its bound (its source, prefix or target): the answer is that of the "
+            "text's first pieces."]
   return "\n".join(lines)

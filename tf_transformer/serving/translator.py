@@ -7,20 +7,19 @@ while traced functions that close over the model and capture its variables save 
 nothing but tensorflow and tensorflow_text.
 """
 
-import dataclasses
 import functools
 import uuid
 
 import tensorflow as tf
 
-from data_pipeline.token_ids import EOS_ID, PAD_ID
+from data_pipeline.token_ids import PAD_ID
 from tf_transformer import decoding
 from tf_transformer.config import BatchingConfig, DecodeConfig
-from tf_transformer.decoding import ensemble, lexical_constraints, strategies
-from tf_transformer.decoding import shortlist as shortlist_lib
+from tf_transformer.decoding import ensemble
 from tf_transformer.layers import precisions
-from tf_transformer.serving import chunks, constraint_requests, request_batching, xla_shapes
-from tf_transformer.serving.signatures import BYTES_PER_PIECE, SIGNATURES
+from tf_transformer.serving import (bounded_text, chunks, constraint_requests, request_batching,
+                                    searches, xla_shapes)
+from tf_transformer.serving.signatures import CUT, SIGNATURES
 
 def _rows(strings):
   """`strings` checked at run time to be [B]: a SavedModel signature does not check the
@@ -101,22 +100,8 @@ class Translator(tf.Module):
       order = self.shortlist_order = tf.Variable(lexicon.order, trainable=False,
                                                  name="shortlist_order")
 
-    def search_ids(strategy, ids, prefix_ids=None, seeds=None, constraints=None):
-      shortlist = None
-      if size:  # each sentence's own, so that its batch changes nothing of its translation
-        forced = [t for t in (prefix_ids, constraints and constraints.tokens) if t is not None]
-        shortlist = shortlist_lib.select(table, order, ids, size,
-                                         tf.concat(forced, axis=1) if forced else None)
-      search = dataclasses.replace(config, strategy=strategy)
-      return decoding.decode(model, ids, search, prefix_ids, shortlist, seeds, constraints)
-
-    # no AutoGraph inside the search: it is plain TensorFlow ops (converting the model's code
-    # made up much of a small run's start-up)
     # (untracked: a SavedModel serves the signatures, see `_trackable_children`)
-    self._searches = _Untracked({
-        strategy: tf.function(functools.partial(search_ids, strategy),
-                              jit_compile=config.decode_jit, autograph=False)
-        for strategy in strategies.STRATEGIES})
+    self._searches = _Untracked(searches.Searches(model, config, size, table, order))
     # the signatures' functions, each an attribute named by its method (`serve`,
     # `translate_nbest`, ...), over tensors named as the contract's inputs; plain TensorFlow
     # ops, no AutoGraph (converting this module's code took half of each signature's tracing)
@@ -138,32 +123,16 @@ class Translator(tf.Module):
 
   def _decode(self, source_ids, prefix_ids=None, seeds=None, strategy: str = "beam",
               constraints=None):
-    """int32 [B, S] (optional forced prefixes int32 [B, P], int64 seeds [B] and
-    lexical_constraints.Constraints, see decoding.decode) -> (ids int32 [B, N, L], scores
-    float32 [B, N]), N the beam size (1 for sampling)."""
-    search = self._searches.value[strategy]
-    if not self.config.value.decode_jit:
-      return search(source_ids, prefix_ids, seeds, constraints)
-    return xla_shapes.bucketed_search(search, source_ids, prefix_ids, seeds, constraints,
-                                      self.config.value.max_constraint_tokens)
+    """searches.Searches.decode: int32 [B, S] ... -> (ids int32 [B, N, L], scores [B, N])."""
+    return self._searches.value.decode(source_ids, prefix_ids, seeds, strategy, constraints)
 
   def _pieces_of(self, tokenizer, texts):
-    """string [B] -> ragged int32 [B, (<= max_source_length)]: the first max_source_length
-    subword pieces of each text, tokenized from at most its first BYTES_PER_PIECE *
-    max_source_length bytes, so that
-    a line of any size costs bounded memory (SentencePiece's lattice takes ~200 bytes a byte)."""
-    heads = tf.strings.substr(texts, 0, BYTES_PER_PIECE * self.max_source_length)
-    return tokenizer.tokenize(heads)[:, :self.max_source_length]
+    """string [B] -> ragged int32 [B, (<= max_source_length)] (bounded_text.pieces)."""
+    return bounded_text.pieces(tokenizer, texts, self.max_source_length)
 
   def _ids(self, tokenizer, texts):
-    """string [B] -> int32 [B, L]: `_pieces_of` each text + EOS, PAD_ID-padded (L: the most
-    pieces + 1). EOS is written into the padded tensor: a ragged concatenation would cost
-    each signature's tracing a tenth of an export's time."""
-    pieces = self._pieces_of(tokenizer, texts)
-    ids = tf.pad(pieces.to_tensor(default_value=PAD_ID), [[0, 0], [0, 1]],
-                 constant_values=PAD_ID)
-    ends = tf.cast(pieces.row_lengths(), tf.int32)[:, None]
-    return tf.where(tf.range(tf.shape(ids)[1])[None, :] == ends, EOS_ID, ids)
+    """string [B] -> int32 [B, L]: the pieces read + EOS, PAD_ID-padded (bounded_text.ids)."""
+    return bounded_text.ids(tokenizer, texts, self.max_source_length)
 
   def source_bucket(self, text: str) -> int:
     """The width at which a request of `text` alone runs the XLA-compiled searches: its ids +
@@ -177,21 +146,21 @@ class Translator(tf.Module):
     """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""
     return self._ids(self.source_tokenizer, texts)
 
-  def _search(self, texts, prefixes=None, constraints=None):
-    """string [B] (their target prefixes, string [B], and lexical_constraints.Constraints
-    [B, ...]) -> (string [B, nbest], float32 [B, nbest]) by beam search, max_batch_size rows at
-    a time."""
-    lexical = () if constraints is None else tuple(constraints[:3])
+  def _search(self, texts, prefixes=None, constraint_lines=None):
+    """string [B] (their target prefixes, string [B], and constraint lines, string [B], that
+    `_check_constraints` passed) -> (string [B, nbest], float32 [B, nbest]) by beam search,
+    max_batch_size rows at a time."""
 
     def chunk(texts, *values):
-      prefixes = values[0] if len(values) > len(lexical) else None
-      constraints = (lexical_constraints.Constraints(*values[-3:]) if lexical else None)
-      return self._search_chunk(self.nbest, "beam", texts, prefixes, constraints=constraints)
+      chunk_prefixes = values[0] if prefixes is not None else None
+      lines = values[-1] if constraint_lines is not None else None
+      return self._search_chunk(self.nbest, "beam", texts, chunk_prefixes,
+                                constraint_lines=lines)
 
-    optional = () if prefixes is None else (prefixes,)
+    optional = tuple(value for value in (prefixes, constraint_lines) if value is not None)
     return chunks.in_chunks(self.max_batch_size, chunk,
                             [([self.nbest], tf.string), ([self.nbest], tf.float32)],
-                            texts, *optional, *lexical)
+                            texts, *optional)
 
   def _sample(self, texts, seeds, prefixes=None):
     """string [B], int64 seeds [B] (and target prefixes, string [B]) -> (string [B], float32
@@ -205,16 +174,18 @@ class Translator(tf.Module):
     return outputs[:, 0], scores[:, 0]
 
   def _search_chunk(self, count: int, strategy: str, texts, prefixes=None, seeds=None,
-                    constraints=None):
-    """string [B] (target prefixes string [B], int64 seeds [B], lexical_constraints.Constraints
-    [B, ...] padded to any widths) -> the `count` best outputs of the `strategy` search
+                    constraint_lines=None):
+    """string [B] (target prefixes string [B], int64 seeds [B], constraint lines string [B]
+    that `_check_constraints` passed) -> the `count` best outputs of the `strategy` search
     (string [B, count], float32 [B, count]); blank input -> "" with score 0."""
     prefix_ids = None
     if prefixes is not None:
       prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
           default_value=PAD_ID)
-    if constraints is not None:
-      constraints = constraint_requests.trimmed(constraints, self._word_inside)
+    constraints = None
+    if constraint_lines is not None:
+      constraints = constraint_requests.constraints_of(
+          self._constraint_pieces(constraint_lines), self._word_inside)
     ids, scores = self._decode(self._source_ids(texts), prefix_ids, seeds, strategy,
                                constraints)
     ids, scores = ids[:, :count], scores[:, :count]
@@ -224,18 +195,22 @@ class Translator(tf.Module):
     blank = tf.equal(tf.strings.length(tf.strings.strip(texts)), 0)[:, tf.newaxis]
     return tf.where(blank, "", outputs), tf.where(blank, 0.0, scores)
 
-  def _checked_constraints(self, inputs, lines, prefixes=None):
-    """The constraints of each row, once each row's can be met (constraint_requests.checked):
-    string [B] inputs and constraint lines (and their forced prefixes, string [B]) ->
-    lexical_constraints.Constraints of max_constraint_tokens widths."""
-    size = self.config.value.max_constraint_tokens
-    pieces = constraint_requests.constraint_pieces(self.target_tokenizer, lines, size)
+  def _constraint_pieces(self, lines):
+    """string [B] constraint lines -> constraint_requests.ConstraintPieces."""
+    return constraint_requests.constraint_pieces(self.target_tokenizer, lines,
+                                                 self.config.value.max_constraint_tokens)
+
+  def _check_constraints(self, inputs, lines, prefixes=None):
+    """Assertions (ops) that fail unless each row's constraints can be met
+    (constraint_requests.checks): string [B] inputs and constraint lines (and their forced
+    prefixes, string [B])."""
     prefix_ids = None
     if prefixes is not None:
       prefix_ids = self._pieces_of(self.target_tokenizer, prefixes).to_tensor(
           default_value=PAD_ID)
     limits, _ = decoding.output_limits(self._source_ids(inputs), self.config.value, prefix_ids)
-    return constraint_requests.checked(pieces, limits, prefix_ids, size)
+    return constraint_requests.checks(self._constraint_pieces(lines), limits, prefix_ids,
+                                      self.config.value.max_constraint_tokens)
 
   def _signature_function(self, signature, *inputs):
     """The function of `signature` (signatures.Signature), over its inputs (string or int64
@@ -253,7 +228,18 @@ class Translator(tf.Module):
       batching = None
     batched = functools.partial(request_batching.batched, queue, batching)
     with tf.control_dependencies(checks):
-      return getattr(self, f"_signature_{signature.method}")(batched, *inputs)
+      outputs = getattr(self, f"_signature_{signature.method}")(batched, *inputs)
+    return {**outputs, CUT.name: self._cut(signature, inputs)}
+
+  def _cut(self, signature, inputs):
+    """bool [B]: the rows of which a text input of `signature` (inputs [B] each) was cut
+    (bounded_text.cut)."""
+    cut = tf.zeros_like(inputs[0], tf.bool)
+    for tensor, texts in zip(signature.inputs, inputs):
+      if tensor.side:
+        tokenizer = self.source_tokenizer if tensor.side == "source" else self.target_tokenizer
+        cut |= bounded_text.cut(tokenizer, texts, self.max_source_length)
+    return cut
 
   def _best(self, texts):
     """string [B] -> (string [B], float32 [B]): the best output of the beam search."""
@@ -290,21 +276,21 @@ class Translator(tf.Module):
     any order) and none of those written with a leading "!"; "" constrains nothing. The phrases
     are matched as their subword pieces, so a phrase is found as a whole word or words (as a
     term base holds them), not inside a longer word. Scores are the model's, as `score` gives
-    them. A request whose constraints cannot be met (constraint_requests.checked) fails with an
+    them. A request whose constraints cannot be met (constraint_requests.checks) fails with an
     InvalidArgumentError. With `prefix`, each output starts with prefix[i] (see
     `translate_prefix`).
     """
-    lexical = self._checked_constraints(inputs, constraints, prefix)
+    with tf.control_dependencies(self._check_constraints(inputs, constraints, prefix)):
+      inputs = tf.identity(inputs)
     optional = () if prefix is None else (prefix,)
-    outputs, scores = batched(self._constrained, inputs, *lexical[:3], *optional)
+    outputs, scores = batched(self._constrained, inputs, constraints, *optional)
     return {"outputs": outputs, "scores": scores}
 
   _signature_translate_constrained_prefix = _signature_translate_constrained
 
-  def _constrained(self, texts, tokens, continues, banned, prefixes=None):
-    """`_search` under the constraints `_checked_constraints` gives (their three tensors)."""
-    return self._search(texts, prefixes,
-                        lexical_constraints.Constraints(tokens, continues, banned))
+  def _constrained(self, texts, lines, prefixes=None):
+    """`_search` under the constraint lines `_check_constraints` passed."""
+    return self._search(texts, prefixes, lines)
 
   def _signature_sample(self, batched, inputs, seed):
     """Random sampling (back-translation): one output per row, drawn from the model's

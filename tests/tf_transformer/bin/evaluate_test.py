@@ -1,6 +1,7 @@
 """The evaluate command: every metric, one-line errors."""
 
 import json
+import shutil
 
 import pytest
 import sacrebleu
@@ -46,6 +47,45 @@ def test_evaluate_reports_every_metric(tiny_model_dir, tmp_path):
   summary = json.loads(own.stdout.strip().splitlines()[-1])
   for key in ("bleu", "chrf", "bleu_1", "bleu_4"):
     assert summary[key] == pytest.approx(100.0), key
+
+
+def test_a_cut_source_is_named_by_its_line(tiny_model_dir, tmp_path):
+  long = " ".join(["aa", "bb"] * 20)  # 40 pieces, over tiny.cfg's --max_length=32
+  source = testutil.write_lines(tmp_path / "test.src", ["aa bb", long, "ee"])
+  result = evaluate(tiny_model_dir, f"--src={source}", f"--ref={source}",
+                    f"--output={tmp_path / 'hyp.txt'}")
+  assert result.returncode == 0, result.stderr
+  assert (f"warning: {source}: line 2 was cut at --max_length=32 subword pieces: the answer is "
+          "that of the first pieces") in result.stderr.splitlines()
+
+
+def test_evaluate_ensemble_loads_each_member_at_checkpoint(tiny_model_dir, other_tiny_model_dir,
+                                                           tmp_path):
+  """Members whose latest checkpoint holds tiny_model_dir's weights and whose `average` holds
+  other_tiny_model_dir's: --ensemble of two such members at --checkpoint=average translates as
+  other_tiny_model_dir alone (a model ensembled with itself decodes as the model)."""
+  import keras
+  import tensorflow as tf
+
+  from tf_transformer import model_dir as model_dir_lib
+  from tf_transformer.model import build_model
+
+  member = tmp_path / "member"
+  shutil.copytree(tiny_model_dir, member)
+  keras.utils.set_random_seed(1)  # other_tiny_model_dir's weights
+  weights = tf.train.Checkpoint(model=build_model(model_dir_lib.read_config(str(member))))
+  tf.train.CheckpointManager(weights, str(member / "average"), max_to_keep=1).save()
+  source = testutil.write_lines(tmp_path / "test.src", ["aa bb", "cc dd ee", "ff gg", "hh"])
+  hypotheses = {}
+  for name, args in (("ensemble", ("--ensemble=" + f"{member},{member}", "--checkpoint=average")),
+                     ("other", (f"--model_dir={other_tiny_model_dir}",)),
+                     ("latest", (f"--model_dir={member}", "--checkpoint=latest"))):
+    result = testutil.run_cli("tf_transformer.bin.evaluate", "--flagfile=flags/tiny.cfg",
+                              "--beam_size=2", "--extra_decode_length=4", f"--src={source}",
+                              f"--ref={source}", f"--output={tmp_path / name}", *args)
+    assert result.returncode == 0, result.stderr
+    hypotheses[name] = (tmp_path / name).read_text()
+  assert hypotheses["ensemble"] == hypotheses["other"] != hypotheses["latest"]
 
 
 def test_missing_reference_is_one_line_error(tiny_model_dir):

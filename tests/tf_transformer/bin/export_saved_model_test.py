@@ -58,6 +58,12 @@ def test_an_ensemble_exports_every_members_weights_and_searches_as_the_library(
   assert exported.translate(texts, **sampled) == library.translate(texts, **sampled)
   np.testing.assert_allclose(exported.score(texts, texts), library.score(texts, texts),
                              rtol=1e-5)
+  # a process with nothing but tensorflow and tensorflow_text loads it and searches alike
+  fresh = testutil.run_export_fresh(version, texts, ["", "ss", "", ""], term="aa")
+  assert fresh["outputs"] == library.translate(texts)
+  with_term = library.translate(texts, nbest=2, constraints=[["aa"], [], [], []])
+  assert fresh["constrained"] == [[h.text for h in row] if text else ["", ""]
+                                  for row, text in zip(with_term, texts)]
 
 
 def test_the_repetition_controls_are_compiled_into_an_export_as_the_library_applies_them(

@@ -160,6 +160,23 @@ def test_stream_writes_each_answer_before_the_next_read():
                     ("flush",)]
 
 
+def test_lines_cut_at_max_length_are_named_and_still_answered(tiny_model_dir, tmp_path):
+  """One warning line names the lines cut (source or target), after every answer is written."""
+  long = " ".join(["aa", "bb"] * 20)  # 40 pieces, over tiny.cfg's --max_length=32
+  source = testutil.write_lines(tmp_path / "source.txt", ["aa", long, "", long, "bb"])
+  result = translate(tiny_model_dir, f"--input={source}")
+  assert result.returncode == 0, result.stderr
+  assert len(result.stdout.split("\n")[:-1]) == 5
+  warnings = [line for line in result.stderr.splitlines() if line.startswith("warning")]
+  assert warnings == [
+      f"warning: {source}: lines 2, 4 were cut at --max_length=32 subword pieces: the answer "
+      "is that of the first pieces"]
+  target = testutil.write_lines(tmp_path / "target.txt", ["aa", "bb", long, "", ""])
+  scored = translate(tiny_model_dir, "--score", f"--input={source}", f"--targets={target}")
+  assert scored.returncode == 0, scored.stderr
+  assert f"warning: {source} and {target}: lines 2, 3, 4 were cut" in scored.stderr
+
+
 def test_score_equals_the_forced_decoding_score(tiny_model_dir, tmp_path):
   sources = ["aa bb cc", "dd ee", "", "ff gg hh ii jj", "aa bb cc"]
   targets = ["vv vv", "ss", "oo pp", "", "qq rr ss tt"]

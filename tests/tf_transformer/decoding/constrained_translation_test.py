@@ -17,7 +17,7 @@ from tf_transformer import checkpoints, decoding
 from tf_transformer.decoding import shortlist
 from tf_transformer.config import DecodeConfig
 from tf_transformer.decoding.lexical_constraints import ConstraintError, Constraints
-from tf_transformer.serving.constraint_requests import trimmed as _trimmed
+from tf_transformer.serving import constraint_requests
 from tf_transformer.serving.translator import Translator
 
 SEARCH = dict(beam_size=2, max_source_length=10, extra_decode_length=5)  # the export's
@@ -71,8 +71,8 @@ def test_a_constrained_output_scores_as_its_forced_decoding(reversal_model, reve
   translator = Translator(model, vocabulary, search)
   source_ids = translator._source_ids(tf.constant(sources))
   lines = tf.constant(["\t".join(phrases) for phrases in constraints])
-  constraints = _trimmed(translator._checked_constraints(tf.constant(sources), lines),
-                         translator._word_inside)
+  constraints = constraint_requests.constraints_of(translator._constraint_pieces(lines),
+                                                  translator._word_inside)
   ids, scores = decoding.decode(model, source_ids, search, constraints=constraints)
   forced = decoding.score(model, tf.repeat(source_ids, 2, axis=0),
                           tf.reshape(ids, [len(sources) * 2, -1]), alpha=0.6)
@@ -216,7 +216,7 @@ def test_the_compiled_search_runs_at_two_constraint_widths(tiny_model_dir):
     constraints = Constraints(tf.fill([2, count], 5), tf.zeros([2, count], tf.bool),
                               tf.fill([2, *banned], 6))
     translator._decode(source_ids, constraints=constraints)
-  assert translator._searches.value["beam"].experimental_get_tracing_count() == 2
+  assert translator._searches.value.functions["beam"].experimental_get_tracing_count() == 2
 
 
 def test_the_signature_refuses_constraints_that_cannot_be_met_naming_the_row(tiny_model_dir):

@@ -3,6 +3,7 @@ serves and what docs/serving.md says."""
 
 import pathlib
 
+import pytest
 import tensorflow as tf
 
 from tf_transformer import checkpoints
@@ -44,3 +45,51 @@ def test_the_batched_signatures_are_those_whose_outputs_keep_a_rows_width():
   assert set(signatures.NAMES) - set(signatures.BATCHED) == {"align"}
   assert set(signatures.COMPILING) <= set(signatures.BATCHED)
 
+
+
+# Of the tiny model: one subword piece a word of these, each at most 3 bytes with its space
+_LIMIT = 4
+_WORDS = ["aa", "bb", "cc"] * 400
+
+
+def _words(count):
+  return " ".join(_WORDS[:count])
+
+
+# Texts one per row: within the limit; exactly at it; one piece over it; at the limit with
+# white space past the bytes read (nothing cut); one word past them (cut, though within the
+# pieces). 128 x _LIMIT bytes are read of a row.
+_ROW_TEXTS = [_words(2), _words(_LIMIT), _words(_LIMIT + 1), "aa" + " " * 600,
+              "aa" + " " * 600 + "bb"]
+_ROW_CUT = [False, False, True, False, True]
+
+
+@pytest.fixture(scope="module")
+def limited_translator(tiny_model_dir):
+  model, vocabulary, _ = checkpoints.load_for_inference(str(tiny_model_dir), "en", "de")
+  return Translator(model, vocabulary, DecodeConfig(beam_size=2, extra_decode_length=2,
+                                                    max_source_length=_LIMIT, decode_jit=False))
+
+
+@pytest.mark.parametrize("name", signatures.NAMES)
+def test_every_signature_reports_the_rows_of_each_text_input_it_cut(limited_translator, name):
+  """`cut` is true exactly for the rows of which a text input (source, prefix or target: each
+  in turn, the others short) was longer than what is read of it."""
+  signature = signatures.BY_NAME[name]
+  function = getattr(limited_translator, signature.method)
+  texts = [tensor for tensor in signature.inputs if tensor.side]
+  assert texts
+  rows = len(_ROW_TEXTS)
+  for cut_input in texts:
+    arguments = []
+    for tensor in signature.inputs:
+      if tensor is cut_input:
+        arguments.append(tf.constant(_ROW_TEXTS))
+      elif tensor.side:
+        arguments.append(tf.constant(["aa"] * rows))
+      elif tensor.dtype == tf.int64:
+        arguments.append(tf.range(rows, dtype=tf.int64))
+      else:  # constraints: none
+        arguments.append(tf.constant([""] * rows))
+    outputs = function(*arguments)
+    assert outputs["cut"].numpy().tolist() == _ROW_CUT, (name, cut_input.name)

@@ -58,7 +58,7 @@ def test_xla_batches_of_many_shapes_share_a_few_compilations(model_and_vocabular
     ids, scores = translator._decode(ids)
     assert ids.shape[:2] == (batch, 2) and scores.shape == (batch, 2)
   # (4, 16): 3 and 4 sentences of up to 16 tokens; (2, 16); (8, 32): 5 and 8 of 17 to 30
-  assert translator._searches.value["beam"].experimental_get_tracing_count() == 3
+  assert translator._searches.value.functions["beam"].experimental_get_tracing_count() == 3
 
 
 @pytest.mark.parametrize("decode_jit", [False, True])
