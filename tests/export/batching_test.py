@@ -40,8 +40,8 @@ _SHORTLIST = 8
 @pytest.fixture(scope="module")
 def exports(tiny_model_dir, tmp_path_factory):
   """{name: version folder}: the tiny model exported with XLA (the export's default) "plain"
-  (no batching), "batched" (--batching, batches of at most 4 rows; inputs cut at 14 pieces, so
-  that every request is one XLA width bucket wide) and "merging" (--batching with
+  (no batching), "batched" (--batching, batches of at most 4 rows; its width ladder 16, 32 and
+  48 pieces) and "merging" (--batching with
   batches of at most _MERGE_ROWS rows that wait _MERGE_TIMEOUT_SECONDS for requests: a request
   runs only when others fill its batch). Each
   searches shortlists of _SHORTLIST pieces a sentence, its lexicon counted over pairs of the
@@ -58,7 +58,7 @@ def exports(tiny_model_dir, tmp_path_factory):
   return {
       "plain": _export(tiny_model_dir, folder / "plain", *shortlist),
       "batched": _export(tiny_model_dir, folder / "batched", "--batching",
-                         "--batching_max_size=4", "--max_length=14", *shortlist),
+                         "--batching_max_size=4", *shortlist),
       "merging": _export(tiny_model_dir, folder / "merging", "--batching",
                          f"--batching_max_size={_MERGE_ROWS}",
                          f"--batching_timeout_micros={_MERGE_TIMEOUT_SECONDS * 10**6}",
@@ -173,48 +173,62 @@ dump = sys.argv[2]
 model = tf_transformer.load(sys.argv[1])  # replays the warm-up requests, as TF Serving does
 def compilations():
   return sum(name.endswith(".before_optimizations.txt") for name in os.listdir(dump))
-texts = json.loads(sys.argv[3])  # each within the warm-up requests' width
+texts = json.loads(sys.argv[3])
 def call(rows):
-  chunk = texts[:rows]
+  chunk = [texts[(rows + i) % len(texts)] for i in range(rows)]
   model.translate(chunk, nbest=2)
-  model.translate(chunk, target_prefix=["aa"] * rows)
+  model.translate(chunk, target_prefix=[texts[-1]] * rows)  # prefixes of every width
   model.translate(chunk, strategy="sample", seed=rows)
   model.score(chunk, chunk)
-  model.translate(chunk, constraints=[["ss"]] * rows)  # the narrow compiled width
-def wide(rows):  # a phrase to avoid of 9 pieces: the wide compiled width
-  model.translate(texts[:rows], constraints=[["!" + " ".join(["aa"] * 9)]] * rows)
-def concurrently(target):
-  threads = [threading.Thread(target=target, args=(rows,)) for rows in [1, 2, 3, 1, 4, 2] * 3]
+  model.translate(chunk, constraints=[["ss"]] * rows)  # the narrow constrained width
+  model.translate(chunk, constraints=[["!" + " ".join(["aa"] * 9)]] * rows)  # the wide one
+def concurrently(rows):
+  threads = [threading.Thread(target=call, args=(size,)) for size in rows]
   [thread.start() for thread in threads]
   [thread.join() for thread in threads]
   return compilations()
-counts = {"at_load": compilations(), "after": concurrently(call)}
-counts["wide"] = concurrently(wide)
-counts["wide_again"] = concurrently(wide)
+counts = {"at_load": compilations(), "after": concurrently([1, 2, 3, 4, 8, 5, 1, 2])}
 print(json.dumps(counts))
 """
 
 
 def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(exports, tmp_path):
+  """Concurrent requests of 1-8 rows of every width up to the limit compile no XLA program
+  after the export's load: their merged batches run at the ladder's widths, compiled at load,
+  or (prefixes or constraints too wide, more rows than a batch) uncompiled."""
   dump = tmp_path / "xla"
   env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
-  texts = ["aa bb", "jj", "", "rr", "oo pp", "kk ll", "dd", "ee ff"]
+  # one piece a word, 1 to 40 words (the limit is 32 pieces): source widths 16, 32 and 48
+  words = ["aa", "bb", "cc", "dd", "ee"]
+  texts = [" ".join(words[i % 5] for i in range(count)) for count in (1, 3, 12, 20, 28, 40)]
   result = subprocess.run(
       [sys.executable, "-c", _COUNT_COMPILATIONS, str(exports["batched"]), str(dump),
        json.dumps(texts)], cwd=testutil.ROOT, env=env, capture_output=True, text=True,
       timeout=600)
   assert result.returncode == 0, result.stderr
   counts = json.loads(result.stdout.strip().splitlines()[-1])
-  # one program per search and shape, each shared by the signatures with and without a prefix:
-  # the beam search at the allowed batch sizes 1, 2 and 4 (and 8: `align`, not batched, has a
-  # warm-up request of 8 rows), sampling at 1, 2 and 4, and the constrained search at its
-  # narrow width at 1, 2 and 4 (the searches with a prefix alone made 37)
-  assert counts["at_load"] == 4 + 3 + 3, counts
+  # a program per search and shape, each shared by the signatures with and without a prefix:
+  # the beam search, sampling and the narrow constrained search at each warm-up request's
+  # shape (the allowed batch sizes 1, 2 and 4 x the ladder's widths 16, 32 and 48)
+  warmups = [rows for name, rows, *_ in _warmup_requests(exports["batched"])
+             if name == "serving_default"]
+  assert sorted(warmups) == [1, 1, 1, 2, 2, 2, 4, 4, 4]
+  assert counts["at_load"] == 3 * len(warmups), counts
   assert counts["after"] == counts["at_load"], counts
-  # the wide constrained search compiles on first use, once for each batch size it runs at
-  # (which sizes the merges reach depends on the threads' timing)
-  assert counts["at_load"] < counts["wide"] <= counts["wide_again"] <= counts["at_load"] + 3, (
-      counts)
+
+
+def test_a_batch_at_a_shape_no_warm_up_compiled_translates_as_without_batching(loaded):
+  """A search at a width padded up to the ladder's, or run uncompiled (its prefix or
+  constraints too wide; 8 rows), gives the outputs of the unbatched export's search."""
+  plain, batched = loaded["plain"].signatures, loaded["batched"].signatures
+  texts = tf.constant([" ".join(["aa", "bb", "cc"] * 6)] * 2 + ["dd ee"] * 6)
+  requests = {"translate_nbest": {"inputs": texts[:1]},
+              "sample": {"inputs": texts, "seed": tf.range(8, dtype=tf.int64)},
+              "translate_prefix": {"inputs": texts[2:3], "prefix": texts[:1]},
+              "translate_constrained": {"inputs": texts[2:4], "constraints": tf.constant(
+                  ["!" + " ".join(["aa"] * 9), "ss"])}}
+  for name, inputs in requests.items():
+    _assert_same_outputs(batched[name](**inputs), plain[name](**inputs), name)
 
 
 def test_a_batching_export_answers_alike_in_a_process_with_only_tensorflow(exports, loaded):
@@ -262,19 +276,19 @@ def _warmup_requests(version: pathlib.Path) -> list[tuple[str, int, str, str | N
 
 
 def test_warmup_requests_run_each_program_once(exports):
-  # inputs cut at 14 pieces: the warm-up texts but "" run at one width
   requests = {}
   for name, rows, text, constraints, prefix in _warmup_requests(exports["batched"]):
     requests.setdefault(name, []).append((rows, text, constraints, prefix))
   for name in signatures.BATCHED:
-    # the signatures whose programs the others share, at each batch size; the others once
-    sizes = [1, 2, 4] if name in signatures.COMPILING else [1]
-    assert sorted(rows for rows, *_ in requests[name]) == sizes, (name, requests[name])
-    assert {text for _, text, *_ in requests[name]} == {"Hello."}, name
-  # only the narrow constrained search: the wide one compiles on first use
+    if name not in signatures.COMPILING:  # their programs are the others': one request each
+      assert [(rows, text) for rows, text, *_ in requests[name]] == [(1, "Hello.")], name
+    else:  # each batch size at each width of the ladder, "Hello." the narrowest
+      assert sorted(rows for rows, *_ in requests[name]) == [1, 1, 1, 2, 2, 2, 4, 4, 4], name
+      assert "Hello." in {text for _, text, *_ in requests[name]}, name
+  # the narrow constrained search alone: the wide one runs uncompiled
   for name in ("translate_constrained", "translate_constrained_prefix"):
     assert {constraints for _, _, constraints, _ in requests[name]} == {""}, name
-  # uncut, the long texts are wider than "Hello.": each width at each batch size
+  # the long texts are wider than "Hello.": each width at each batch size
   merging = {}
   for name, rows, text, _, _ in _warmup_requests(exports["merging"]):
     merging.setdefault(name, []).append((rows, text))

@@ -41,8 +41,11 @@ def save_version(module, signatures: dict, export_dir: str, version: int, settin
   # TF Serving loads numeric folder names only: it never sees the temporary `<version>.tmp-*`
   with files.atomic_path(final, overwrite=False) as temporary:
     tf.saved_model.save(module, temporary, signatures=signatures)
-    texts = warmup.WARMUP_INPUTS + (warmup.WARMUP_LONG_INPUT,)
-    buckets = {text: module.source_bucket(text) for text in texts} if batching else None
+    buckets = None
+    if batching:  # the warm-up texts, and one for each width of the ladder they miss
+      texts = warmup.WARMUP_INPUTS + (warmup.WARMUP_LONG_INPUT,)
+      buckets = {**{text: module.source_bucket(text) for text in texts},
+                 **module.ladder_texts(warmup.WARMUP_LONG_INPUT)}
     warmup.write_warmup_requests(temporary, list(signatures), batching, buckets)
     # the whole folder is renamed at the end: the file itself needs no temporary name
     with tf.io.gfile.GFile(tf.io.gfile.join(temporary, *SETTINGS), "w") as f:

@@ -101,7 +101,8 @@ class Translator(tf.Module):
                                                  name="shortlist_order")
 
     # (untracked: a SavedModel serves the signatures, see `_trackable_children`)
-    self._searches = _Untracked(searches.Searches(model, config, size, table, order))
+    self._searches = _Untracked(searches.Searches(model, config, size, table, order, batching,
+                                                  max_batch_size))
     # the signatures' functions, each an attribute named by its method (`serve`,
     # `translate_nbest`, ...), over tensors named as the contract's inputs; plain TensorFlow
     # ops, no AutoGraph (converting this module's code took half of each signature's tracing)
@@ -136,11 +137,24 @@ class Translator(tf.Module):
 
   def source_bucket(self, text: str) -> int:
     """The width at which a request of `text` alone runs the XLA-compiled searches: its ids +
-    EOS, to its `_bucket_width`. Texts of the same bucket compile the same programs (a search
-    with a prefix of the narrowest bucket runs the program of one without; `score` is not
-    compiled)."""
-    width = self._source_ids(tf.constant([text])).shape[1]
-    return int(xla_shapes.bucket_width(int(width)))
+    EOS, to its bucket (with in-graph batching, to its width of the ladder). Texts of the same
+    bucket compile the same programs (a search with a prefix of the narrowest bucket runs the
+    program of one without; `score` is not compiled)."""
+    width = int(xla_shapes.bucket_width(int(self._source_ids(tf.constant([text])).shape[1])))
+    widths = self._searches.value.widths
+    return width if widths is None else int(xla_shapes.ladder_width(width, widths))
+
+  def ladder_texts(self, words: str) -> dict:
+    """{text: its source_bucket}: a text of the first n words of `words` (repeated as needed)
+    for each width of the batching ladder, the narrowest n; {} without the ladder."""
+    widths, texts = self._searches.value.widths, {}
+    words = words.split()
+    for count in range(1, 2 * self.max_source_length + 1):
+      text = " ".join(words[i % len(words)] for i in range(count))
+      texts.setdefault(self.source_bucket(text), text)
+      if widths is None or len(texts) == len(widths):
+        break
+    return {text: width for width, text in texts.items()} if widths else {}
 
   def _source_ids(self, texts):
     """string [B] -> int32 [B, S], truncated to max_source_length tokens before EOS."""

@@ -42,10 +42,11 @@ def _warmup_batches(names, batching,
   """(signature name, texts) of each warm-up request: WARMUP_BATCH_SIZES rows of the cycled
   WARMUP_INPUTS for each signature. With `batching` (config.BatchingConfig) instead, for each
   of signatures.COMPILING, each allowed batch size of rows, all one text, for one text
-  of each source bucket among those of `buckets` ({text: Translator.source_bucket(text)}): its
-  merged searches run at those sizes, and a batch is as wide as its widest text, so every merge
-  of texts as wide as these is compiled at load; the other batched signatures, whose searches
-  run those programs, one row each.
+  of each source bucket among those of `buckets` ({text: Translator.source_bucket(text)}, one
+  for each width of the export's ladder, xla_shapes.width_ladder): its merged searches run at
+  those sizes, and a batch is padded to the ladder's width of its widest text, so every merge
+  of texts is compiled at load; the other batched signatures, whose searches run those
+  programs, one row each.
 
   The forced prefixes are WARMUP_PREFIX (`_warmup_log`), of the narrowest prefix bucket: the
   searches with a prefix then run the programs of those without one (a merged batch of longer

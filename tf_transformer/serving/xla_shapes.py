@@ -29,12 +29,31 @@ def bucket_width(width):
   return -(-tf.maximum(width, 1) // WIDTH_BUCKET) * WIDTH_BUCKET
 
 
-def bucketed(ids, extra_rows):
+def width_ladder(max_length: int) -> tuple[int, ...]:
+  """The widths an export with in-graph batching compiles its searches at: WIDTH_BUCKET,
+  doubling, up to the widest bucket of ids of max_length pieces + EOS, which ends it (each
+  width at most twice the one below, so a batch padded up to the next one costs at most twice
+  its width)."""
+  widest = int(bucket_width(max_length + 1))
+  widths = [WIDTH_BUCKET]
+  while widths[-1] * 2 < widest:
+    widths.append(widths[-1] * 2)
+  return tuple(widths + [widest] if widths[-1] < widest else widths)
+
+
+def ladder_width(width, widths):
+  """int32 scalar: the narrowest of `widths` (a width_ladder) >= `width` (the widest if none)."""
+  ladder = tf.constant(widths, tf.int32)
+  return tf.reduce_min(tf.where(ladder >= width, ladder, ladder[-1]))
+
+
+def bucketed(ids, extra_rows, widths=None):
   """ids int32 [B, W] with `extra_rows` copies of its first row below, PAD_ID-padded to its
-  `bucket_width`."""
+  `bucket_width`, or with `widths` (a width_ladder) to its `ladder_width`."""
   width = tf.shape(ids)[1]
   padded = tf.concat([ids, tf.tile(ids[:1], [extra_rows, 1])], axis=0)
-  return tf.pad(padded, [[0, 0], [0, bucket_width(width) - width]], constant_values=PAD_ID)
+  target = bucket_width(width) if widths is None else ladder_width(width, widths)
+  return tf.pad(padded, [[0, 0], [0, target - width]], constant_values=PAD_ID)
 
 
 def shape_forgotten(tensor):
@@ -79,8 +98,32 @@ def bucketed_constraints(constraints, extra_rows, size: int):
       for name, rank in lexical_constraints.PER_SENTENCE_RANKS.items()})
 
 
+def compiled_rows(allowed_batch_sizes, chunk_rows: int) -> tuple[int, ...]:
+  """The row buckets (`bucket_rows`) at which the searches of merged batches of each of
+  `allowed_batch_sizes` rows run, `chunk_rows` (Translator.max_batch_size) at a time."""
+  rows = set()
+  for size in allowed_batch_sizes:
+    whole, rest = divmod(size, chunk_rows)
+    rows.update(1 << (chunk - 1).bit_length()
+                for chunk in [chunk_rows] * whole + ([rest] if rest else []))
+  return tuple(sorted(rows))
+
+
+def at_compiled_shape(source_ids, prefix_ids, constraints, rows, size: int):
+  """bool scalar: whether `bucketed_search` of these inputs on a width ladder runs at a shape
+  an export with in-graph batching compiles at load (warmup.py): its rows bucket one of
+  `rows`, a prefix (if any) of the narrowest bucket, constraints (if any) of the narrow width
+  (`size`: max_constraint_tokens). Every source width is: the ladder's."""
+  covered = tf.reduce_any(tf.equal(bucket_rows(tf.shape(source_ids)[0]), rows))
+  if prefix_ids is not None:
+    covered &= tf.equal(bucket_width(tf.shape(prefix_ids)[1]), WIDTH_BUCKET)
+  if constraints is not None:
+    covered &= tf.equal(constraint_width(constraints, size), min(NARROW_CONSTRAINTS, size))
+  return covered
+
+
 def bucketed_search(search, source_ids, prefix_ids=None, seeds=None, constraints=None,
-                    max_constraint_tokens: int = 32):
+                    max_constraint_tokens: int = 32, widths=None):
   """search(source_ids, prefix_ids, seeds, constraints) -> (ids [B, ...], scores [B, ...]) of
   an XLA-compiled search, run on its inputs padded to their shape buckets and cut back.
 
@@ -89,6 +132,8 @@ def bucketed_search(search, source_ids, prefix_ids=None, seeds=None, constraints
     source_ids: int32 [B, S]; prefix_ids: optional int32 [B, P]; seeds: optional int64 [B];
     constraints: optional lexical_constraints.Constraints [B, ...]; max_constraint_tokens:
       their wide width (`constraint_width`).
+    widths: optional width_ladder: the sources are padded to its widths, not to multiples of
+      WIDTH_BUCKET.
   """
   batch = tf.shape(source_ids)[0]
   if prefix_ids is None:
@@ -101,7 +146,8 @@ def bucketed_search(search, source_ids, prefix_ids=None, seeds=None, constraints
   # stops at its own length limit, so neither changes its result), the constraints to one of
   # two widths
   padded_batch = bucket_rows(batch)
-  padded = [bucketed(ids, padded_batch - batch) for ids in (source_ids, prefix_ids)]
+  padded = [bucketed(source_ids, padded_batch - batch, widths),
+            bucketed(prefix_ids, padded_batch - batch)]
   if seeds is not None:
     seeds = tf.concat([seeds, tf.tile(seeds[:1], [padded_batch - batch])], axis=0)
   if constraints is not None:
