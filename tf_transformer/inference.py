@@ -147,13 +147,14 @@ class TranslationModel:
                                 self.path)
     return language_tags.tagged(sources, lang) if lang else sources
 
-  def _warn_cut(self, first_index: int = 0, per_sentence: int = 1):
+  @staticmethod
+  def _warn_cut(config: DecodeConfig, first_index: int = 0, per_sentence: int = 1):
     """on_cut for length_batching: an InputCutWarning of the sentences of the rows cut
-    (`per_sentence` rows each), numbered from `first_index`."""
+    (`per_sentence` rows each) at the call's config.max_source_length, numbered from
+    `first_index`."""
     def warn(rows):
       sentences = sorted({first_index + row // per_sentence for row in rows})
-      warnings.warn(InputCutWarning(sentences, self.decode_config.max_source_length),
-                    stacklevel=4)
+      warnings.warn(InputCutWarning(sentences, config.max_source_length), stacklevel=4)
     return warn
 
   def search_config(self, **search) -> DecodeConfig:
@@ -233,7 +234,8 @@ class TranslationModel:
       constraints = _constraint_lines(constraints, len(sources), first_index)
     if config.strategy == "sample":
       return self._sample(functions, config, sources, prefixes,
-                          self._warn_cut(first_index, config.nbest), batch_size=batch_size,
+                          self._warn_cut(config, first_index, config.nbest),
+                          batch_size=batch_size,
                           batch_tokens=batch_tokens, progress=progress, first_index=first_index)
     if constraints is not None:
       translate = (functions.translate_constrained if prefixes is None
@@ -244,7 +246,7 @@ class TranslationModel:
       outputs, scores = translate_texts(translate, sources, batch_size, progress, batch_tokens,
                                         functions.count_tokens, prefixes,
                                         constraints=constraints,
-                                        on_cut=self._warn_cut(first_index))
+                                        on_cut=self._warn_cut(config, first_index))
     except ConstraintError as e:
       raise ConstraintError(first_index + e.sentence, e.problem) from None
     return _hypotheses(outputs, scores, nbest)
@@ -280,9 +282,10 @@ class TranslationModel:
     if len(sources) != len(targets):
       raise ModelDirError(f"{len(sources)} sources but {len(targets)} targets: score takes "
                           "line-aligned pairs")
-    functions = self.functions(self.search_config(alpha=alpha))
+    config = self.search_config(alpha=alpha)
+    functions = self.functions(config)
     return score_texts(functions.score, sources, targets, batch_size, progress, batch_tokens,
-                       functions.count_tokens, on_cut=self._warn_cut())
+                       functions.count_tokens, on_cut=self._warn_cut(config))
 
   def align(self, sources, *, batch_size: int | None = 64, batch_tokens: int | None = None,
             progress=None, first_index: int = 0, target_language: str | None = None,
@@ -294,12 +297,13 @@ class TranslationModel:
     Returns:
       (list of str, list of lists of (source piece, target piece) 0-based index pairs).
     """
-    functions = self.functions(self.search_config(**search))
+    config = self.search_config(**search)
+    functions = self.functions(config)
     sources = list(sources)
     tagged = self._tagged(sources, target_language)
     texts, alignments = align_texts(functions.align, tagged, batch_size, progress,
                                     batch_tokens, functions.count_tokens,
-                                    on_cut=self._warn_cut(first_index))
+                                    on_cut=self._warn_cut(config, first_index))
     if tagged is not sources:  # the source pieces of the text, not of the token before it
       shift = language_tags.TAG_PIECES
       alignments = [[(source - shift, target) for source, target in pairs if source >= shift]

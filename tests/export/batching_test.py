@@ -40,8 +40,8 @@ _SHORTLIST = 8
 @pytest.fixture(scope="module")
 def exports(tiny_model_dir, tmp_path_factory):
   """{name: version folder}: the tiny model exported with XLA (the export's default) "plain"
-  (no batching), "batched" (--batching, batches of at most 4 rows; its width ladder 16, 32 and
-  48 pieces) and "merging" (--batching with
+  (no batching), "batched" (--batching, batches of at most 2 rows, inputs cut at 20 pieces: its
+  width ladder 16 and 32 pieces) and "merging" (--batching with
   batches of at most _MERGE_ROWS rows that wait _MERGE_TIMEOUT_SECONDS for requests: a request
   runs only when others fill its batch). Each
   searches shortlists of _SHORTLIST pieces a sentence, its lexicon counted over pairs of the
@@ -58,7 +58,7 @@ def exports(tiny_model_dir, tmp_path_factory):
   return {
       "plain": _export(tiny_model_dir, folder / "plain", *shortlist),
       "batched": _export(tiny_model_dir, folder / "batched", "--batching",
-                         "--batching_max_size=4", *shortlist),
+                         "--batching_max_size=2", "--max_length=20", *shortlist),
       "merging": _export(tiny_model_dir, folder / "merging", "--batching",
                          f"--batching_max_size={_MERGE_ROWS}",
                          f"--batching_timeout_micros={_MERGE_TIMEOUT_SECONDS * 10**6}",
@@ -149,7 +149,7 @@ def test_concurrent_requests_merge_and_each_caller_gets_its_own_rows(loaded, sig
 
 def test_large_empty_and_malformed_requests_as_without_batching(loaded):
   plain, batched = loaded["plain"].signatures, loaded["batched"].signatures
-  many = tf.constant([_TEXTS[i % len(_TEXTS)][:8] for i in range(70)])  # above 4 rows
+  many = tf.constant([_TEXTS[i % len(_TEXTS)][:8] for i in range(70)])  # above 2 rows
   _assert_same_outputs(batched["translate_nbest"](inputs=many),
                        plain["translate_nbest"](inputs=many), "70 rows")
   empty = batched["serving_default"](inputs=tf.constant([], tf.string))
@@ -198,7 +198,7 @@ def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(expor
   or (prefixes or constraints too wide, more rows than a batch) uncompiled."""
   dump = tmp_path / "xla"
   env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
-  # one piece a word, 1 to 40 words (the limit is 32 pieces): source widths 16, 32 and 48
+  # one piece a word, 1 to 40 words (the limit is 20 pieces): source widths 16 and 32
   words = ["aa", "bb", "cc", "dd", "ee"]
   texts = [" ".join(words[i % 5] for i in range(count)) for count in (1, 3, 12, 20, 28, 40)]
   result = subprocess.run(
@@ -209,10 +209,10 @@ def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(expor
   counts = json.loads(result.stdout.strip().splitlines()[-1])
   # a program per search and shape, each shared by the signatures with and without a prefix:
   # the beam search, sampling and the narrow constrained search at each warm-up request's
-  # shape (the allowed batch sizes 1, 2 and 4 x the ladder's widths 16, 32 and 48)
+  # shape (the allowed batch sizes 1 and 2 x the ladder's widths 16 and 32)
   warmups = [rows for name, rows, *_ in _warmup_requests(exports["batched"])
              if name == "serving_default"]
-  assert sorted(warmups) == [1, 1, 1, 2, 2, 2, 4, 4, 4]
+  assert sorted(warmups) == [1, 1, 2, 2]
   assert counts["at_load"] == 3 * len(warmups), counts
   assert counts["after"] == counts["at_load"], counts
 
@@ -283,7 +283,7 @@ def test_warmup_requests_run_each_program_once(exports):
     if name not in signatures.COMPILING:  # their programs are the others': one request each
       assert [(rows, text) for rows, text, *_ in requests[name]] == [(1, "Hello.")], name
     else:  # each batch size at each width of the ladder, "Hello." the narrowest
-      assert sorted(rows for rows, *_ in requests[name]) == [1, 1, 1, 2, 2, 2, 4, 4, 4], name
+      assert sorted(rows for rows, *_ in requests[name]) == [1, 1, 2, 2], name
       assert "Hello." in {text for _, text, *_ in requests[name]}, name
   # the narrow constrained search alone: the wide one runs uncompiled
   for name in ("translate_constrained", "translate_constrained_prefix"):

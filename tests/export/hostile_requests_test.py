@@ -257,6 +257,9 @@ def test_translate_warns_of_the_sentences_it_cut_numbered_from_first_index(tiny_
   with pytest.warns(tf_transformer.InputCutWarning) as warned:
     model.align([long, "aa", long])
   assert [w.message.sentences for w in warned] == [[0, 2]]
+  with pytest.warns(tf_transformer.InputCutWarning) as warned:  # the call's own bound
+    model.translate(["aa bb cc dd", "aa bb"], max_source_length=3)
+  assert str(warned[0].message).startswith("sentence 1 was cut at max_source_length=3 ")
   with warnings.catch_warnings():
     warnings.simplefilter("error", tf_transformer.InputCutWarning)
     model.translate(["aa bb"])  # nothing cut: no warning

@@ -208,33 +208,6 @@ def _variable_bytes(version) -> dict:
   return sizes
 
 
-@pytest.mark.parametrize("precision", ["int8", "bfloat16"])
-def test_reduced_precision_export_loads_with_only_tensorflow(model_dir, exported, tmp_path,
-                                                             precision):
-  result = export(model_dir, tmp_path / "e", f"--precision={precision}")
-  assert result.returncode == 0, result.stderr
-  version = tmp_path / "e" / "1"
-  settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
-  assert settings["precision"] == precision
-  # the matrices are stored in `precision` only: their float32 originals are not saved
-  low, full = _variable_bytes(version), _variable_bytes(exported / "1")
-  assert precision not in full and precision in low
-  assert low["float32"] + low[precision] < (0.45 if precision == "int8" else 0.65) * full["float32"]
-
-  loaded = testutil.run_export_fresh(version, INPUTS, _prefixes())
-  model, vocabulary, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
-  # compiled by XLA as the export is: a rounding step of int8 or bfloat16 turns the last bit of
-  # a float32 difference between XLA and TensorFlow's kernels into a visible one
-  module = Translator(model, vocabulary, DecodeConfig(
-      beam_size=2, nbest=2, max_source_length=32, extra_decode_length=5, decode_jit=True),
-                      precision=precision)
-  expected = module.serve(tf.constant(INPUTS))
-  assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
-  np.testing.assert_allclose(loaded["scores"], expected["scores"].numpy(), rtol=1e-5)
-  assert loaded["outputs"][1] == "" and loaded["many"] == 1000
-  assert loaded["nbest_shape"] == [len(INPUTS), 2] and loaded["log_prob"][0] < 0
-
-
 @pytest.fixture(scope="module")
 def serving_default(loaded):
   return loaded.signatures["serving_default"]
@@ -361,6 +334,30 @@ def reversal_exports(reversal_model, reversal_export, tmp_path_factory):
       precision: _export_reversal(reversal_model[0], tmp_path_factory.mktemp(precision) / "e",
                                   f"--precision={precision}")
       for precision in ("int8", "bfloat16")}}
+
+
+@pytest.mark.parametrize("precision", ["int8", "bfloat16"])
+def test_reduced_precision_export_loads_with_only_tensorflow(reversal_model, reversal_exports,
+                                                             precision):
+  """reversal_model's int8 and bfloat16 exports: their matrices stored in `precision` only, and
+  a process with nothing but tensorflow translates with them as the library's search in that
+  precision."""
+  version = reversal_exports[precision]
+  settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
+  assert settings["precision"] == precision
+  # the matrices are stored in `precision` only: their float32 originals are not saved
+  low, full = _variable_bytes(version), _variable_bytes(reversal_exports["float32"])
+  assert precision not in full and precision in low
+  assert low["float32"] + low[precision] < (0.45 if precision == "int8" else 0.65) * full["float32"]
+
+  loaded = testutil.run_export_fresh(version, INPUTS, _prefixes())
+  model, vocabulary, _ = checkpoints.load_for_inference(str(reversal_model[0]), "src", "tgt")
+  module = Translator(model, vocabulary, testutil.REVERSAL_EXPORT_SEARCH, precision=precision)
+  expected = module.serve(tf.constant(INPUTS))
+  assert loaded["outputs"] == [o.decode() for o in expected["outputs"].numpy()]
+  np.testing.assert_allclose(loaded["scores"], expected["scores"].numpy(), rtol=1e-5)
+  assert loaded["outputs"][1] == "" and loaded["many"] == 1000
+  assert loaded["nbest_shape"] == [len(INPUTS), 2] and loaded["log_prob"][0] < 0
 
 
 # how far a trained model's int8 and bfloat16 exports may stray from its float32 export over

@@ -1,6 +1,7 @@
-"""A training run killed (SIGKILL) at five moments resumes from its newest complete checkpoint
-and ends with the weights of a run never killed, its two training corpora drawn from by weight
-and its source pieces dropped (the mixture and the dropout's draws resume where they were too)."""
+"""A training run killed (SIGKILL) at five moments in turn, each rerun resuming from the newest
+complete checkpoint the kills before it left, ends with the weights of a run never killed, its
+two training corpora drawn from by weight, its source pieces and activations dropped (the
+mixture's and both dropouts' draws resume where they were too)."""
 
 import concurrent.futures
 
@@ -57,14 +58,8 @@ else:
       half_written(self.directory, checkpoint_number)
     return save(self, checkpoint_number, **kwargs)
   tf.train.CheckpointManager.save = saving
-  if moment == "evaluation":  # the dev translations of step 8 are under way
-    translate, calls = evaluator.Evaluator.translate, []
-    def translating(self, *args, **kwargs):
-      calls.append(1)
-      if len(calls) == 2:
-        die()
-      return translate(self, *args, **kwargs)
-    evaluator.Evaluator.translate = translating
+  if moment == "evaluation":  # the dev translations of step 8 (the run resumed at step 4)
+    evaluator.Evaluator.translate = lambda *args, **kwargs: die()
 
 sys.argv = ["train", *sys.argv[1:]]
 app.run(train.main)
@@ -74,7 +69,8 @@ app.run(train.main)
 def _args(data_dir, model_dir):
   return ["--flagfile=flags/tiny.cfg", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
           "--src_lang=src", "--tgt_lang=tgt", "--train_prefix=train,extra",
-          "--train_weights=1,2", "--source_token_dropout=0.2", "--dev_prefix=train", "--eval_sentences=8",
+          "--train_weights=1,2", "--source_token_dropout=0.2", "--dropout_rate=0.1",
+          "--dev_prefix=train", "--eval_sentences=8",
           f"--train_steps={STEPS}", f"--save_every={EVERY}", f"--eval_every={EVERY}",
           "--deterministic"]
 
@@ -83,46 +79,54 @@ def _final_weights(model_dir):
   return final_weights(model_dir / f"ckpt-{STEPS}")
 
 
-MOMENTS = {"startup": None, "mid_step": 4, "checkpoint_write": 4, "evaluation": 4,
-           "best_save": None}  # where the process is killed -> the step it resumes from
-
-
-def _kill_and_rerun(moment, corpus, model):
-  killed = testutil.run_python(_KILLED_RUN, moment, *_args(corpus, model))
-  return killed, testutil.run_cli("tf_transformer.train", *_args(corpus, model))
+# where the process is killed, in the order of the chain -> the step its rerun resumes from:
+# none for a kill before the first complete checkpoint
+MOMENTS = {"startup": None, "best_save": None, "mid_step": 4, "checkpoint_write": 4,
+           "evaluation": 4}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """The final weights of a run never killed, and each moment's (killed, rerun) processes
-  with its model folder; two runs at a time."""
+  """The final weights of a run never killed; {moment: (the run killed at it, the run after
+  it)}: in one model folder, one run killed at each moment in turn and a last run to the end;
+  and that folder. The run never killed goes beside the chain."""
   corpus = tmp_path_factory.mktemp("corpus")
   write_corpus(corpus)
   extra = [[f"w{(i * 5 + j) % 13}" for j in range(1 + i % 3)] for i in range(60)]
   testutil.write_corpus(corpus, "extra", [" ".join(w) for w in extra],
                         [" ".join(reversed(w)) for w in extra])
+  model = tmp_path_factory.mktemp("killed") / "model"
+
+  def chain():
+    killed = [testutil.run_python(_KILLED_RUN, moment, *_args(corpus, model))
+              for moment in MOMENTS]
+    return killed + [testutil.run_cli("tf_transformer.train", *_args(corpus, model))]
+
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     reference = pool.submit(testutil.run_cli, "tf_transformer.train",
                             *_args(corpus, corpus / "reference"))
-    models = {moment: tmp_path_factory.mktemp(moment) / "model" for moment in MOMENTS}
-    futures = {moment: pool.submit(_kill_and_rerun, moment, corpus, models[moment])
-               for moment in MOMENTS}
+    processes = pool.submit(chain).result()
     assert reference.result().returncode == 0, reference.result().stderr
-    return (_final_weights(corpus / "reference"),
-            {moment: (*future.result(), models[moment]) for moment, future in futures.items()})
+  return (_final_weights(corpus / "reference"),
+          dict(zip(MOMENTS, zip(processes, processes[1:]))), model)
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
 def test_killed_run_resumes_from_the_last_complete_checkpoint(runs, moment):
-  reference, outcomes = runs
-  killed, rerun, model = outcomes[moment]
-  assert killed.returncode == -9, killed.stderr
-  assert rerun.returncode == 0, rerun.stderr
+  _, outcomes, model = runs
+  killed, rerun = outcomes[moment]
+  assert killed.returncode == -9, killed.stderr[-3000:]
   resumed_step = MOMENTS[moment]
   if resumed_step is None:
     assert "resumed from" not in rerun.stderr
   else:
     assert f"resumed from {model}/ckpt-{resumed_step} at step {resumed_step}" in rerun.stderr
+
+
+def test_the_last_run_ends_with_the_weights_of_a_run_never_killed(runs):
+  reference, outcomes, model = runs
+  last = outcomes["evaluation"][1]
+  assert last.returncode == 0, last.stderr[-3000:]
   assert not list(model.glob("**/*_temp")) and not list(model.glob("**/*.tmp-*"))
   for name, value in _final_weights(model).items():
     np.testing.assert_array_equal(value, reference[name], err_msg=name)
