@@ -19,17 +19,20 @@ from tf_transformer.config import ModelConfig  # noqa: E402
 from tf_transformer.model import build_model  # noqa: E402
 
 
-# The modules that take longest, longest first (`--durations=0`, 2026-11-26): pytest-xdist
+# The modules that take longest, longest first (`--durations=0`, 2026-12-03): pytest-xdist
 # (`--dist loadscope --no-loadscope-reorder`) hands out modules in collection order, so these
 # start first and the two workers end together rather than one waiting on a long module.
-_LONGEST_FIRST = ("tf_transformer/training/trainer_test.py", "export/saved_model_test.py",
+_LONGEST_FIRST = ("export/saved_model_test.py", "export/batching_test.py",
                   "tf_transformer/bin/train_test.py",
-                  "tf_transformer/serving/translator_test.py", "export/batching_test.py",
-                  "tf_transformer/bin/train_kill_test.py", "export/ctranslate2_test.py",
-                  "tf_transformer/training/fine_tuning_test.py",
-                  "tf_transformer/training/train_step_test.py", "data_pipeline/pipeline_test.py",
-                  "tf_transformer/bin/translate_test.py", "tensorboard_check_test.py",
-                  "tf_transformer/decoding/decoding_test.py")
+                  "tf_transformer/decoding/constrained_translation_test.py",
+                  "tf_transformer/bin/export_saved_model_test.py",
+                  "export/hostile_requests_test.py", "tf_transformer/training/trainer_test.py",
+                  "export/ctranslate2_test.py", "tf_transformer/training/fine_tuning_test.py",
+                  "tf_transformer/serving/translator_test.py",
+                  "tf_transformer/bin/train_kill_test.py", "tf_transformer/inference_test.py",
+                  "tf_transformer/bin/translate_test.py", "tf_transformer/multilingual_test.py",
+                  "data_pipeline/pipeline_test.py", "tf_transformer/training/train_step_test.py",
+                  "tf_transformer/decoding/decoding_test.py", "tensorboard_check_test.py")
 
 
 def pytest_collection_modifyitems(items):

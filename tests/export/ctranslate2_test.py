@@ -1,7 +1,8 @@
 """Tests of export/ctranslate2.py: CTranslate2 decodes an exported model as the library does.
 
 Two models are trained briefly on Multi30k (so their output distributions are peaked, as a
-real model's are): post-norm with one joint vocabulary, and pre-norm with one per language.
+real model's are): post-norm with one joint vocabulary and sinusoidal positions, and pre-norm
+with one vocabulary per language and relative positions.
 """
 
 import gzip
@@ -49,10 +50,12 @@ def _train(corpus_dir, model_dir, *flags):
   assert result.returncode == 0, result.stderr[-3000:]
 
 
+# each choice the converter makes, in two models: post- or pre-norm, a joint subword model or
+# one a side, sinusoidal or relative positions (CTranslate2's own relative-position spec)
 @pytest.fixture(scope="module", params=[
-    ("--norm_position=post", "--shared_vocab"), ("--norm_position=pre", "--noshared_vocab"),
-    ("--norm_position=pre", "--position_encoding=relative", "--max_relative_position=4")],
-                ids=["post-shared", "pre-separate", "relative"])
+    ("--norm_position=post", "--shared_vocab"),
+    ("--norm_position=pre", "--noshared_vocab", "--position_encoding=relative",
+     "--max_relative_position=4")], ids=["post-shared-sinusoidal", "pre-separate-relative"])
 def exported(request, corpus, tmp_path_factory):
   corpus_dir, sources = corpus
   folder = tmp_path_factory.mktemp("model")
