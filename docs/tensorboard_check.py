@@ -1,7 +1,7 @@
 """Checks TensorBoard in a real browser: `python docs/tensorboard_check.py [--screenshots docs]`.
 
-Trains the tiny preset for a few hundred steps on a made-up task (reverse a word sequence),
-starts `tensorboard --logdir` on it, opens the Scalars, Text and Images dashboards in headless
+Trains the tiny preset for a few hundred steps on a made-up task (reverse a word sequence), or
+takes the logs of a finished run (--model_dir), starts `tensorboard --logdir` on them, opens the Scalars, Text and Images dashboards in headless
 Chromium, and checks that each shows the run's data: the training and dev curves (gradient
 norm and clip fraction among them), the dev translations, and the attention heat maps. With
 --screenshots it saves one PNG of each dashboard there (the README shows them).
@@ -235,6 +235,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--screenshots", help="folder for tensorboard_<dashboard>.png")
   parser.add_argument("--steps", type=int, default=300, help="training steps of the tiny run")
+  parser.add_argument("--model_dir", help="show this finished run's TensorBoard logs (its "
+                      "train/ and eval/) instead of training the tiny one")
   args = parser.parse_args()
   browser = find_browser()
   if args.screenshots:
@@ -242,7 +244,11 @@ def main():
   with tempfile.TemporaryDirectory() as folder:
     write_corpus(folder)
     logdir = os.path.join(folder, "models")
-    train(folder, os.path.join(logdir, RUN), args.steps)
+    if args.model_dir:
+      for part in ("train", "eval"):
+        shutil.copytree(os.path.join(args.model_dir, part), os.path.join(logdir, RUN, part))
+    else:
+      train(folder, os.path.join(logdir, RUN), args.steps)
     port = free_port()
     server = start_tensorboard(logdir, port)
     try:
