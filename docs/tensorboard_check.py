@@ -1,10 +1,11 @@
 """Checks TensorBoard in a real browser: `python docs/tensorboard_check.py [--screenshots docs]`.
 
 Trains the tiny preset for a few hundred steps on a made-up task (reverse a word sequence), or
-takes the logs of a finished run (--model_dir), starts `tensorboard --logdir` on them, opens the Scalars, Text and Images dashboards in headless
-Chromium, and checks that each shows the run's data: the training and dev curves (gradient
-norm and clip fraction among them), the dev translations, and the attention heat maps. With
---screenshots it saves one PNG of each dashboard there (the README shows them).
+takes the logs of a finished run (--model_dir), starts `tensorboard --logdir` on them, opens the
+Scalars, Text and Images dashboards in headless Chromium, and checks that each shows the run's
+data: the training and dev curves (gradient norm and clip fraction among them), the dev
+translations, and the attention heat maps. With --screenshots it saves one PNG of each
+dashboard there (the README shows them).
 
 Needs Chromium (Debian: `apt-get install chromium`). Exit code 0 when every dashboard shows its
 data, 1 otherwise, with one line per dashboard either way.
@@ -242,12 +243,12 @@ def main():
   if args.screenshots:
     os.makedirs(args.screenshots, exist_ok=True)
   with tempfile.TemporaryDirectory() as folder:
-    write_corpus(folder)
     logdir = os.path.join(folder, "models")
     if args.model_dir:
       for part in ("train", "eval"):
         shutil.copytree(os.path.join(args.model_dir, part), os.path.join(logdir, RUN, part))
     else:
+      write_corpus(folder)
       train(folder, os.path.join(logdir, RUN), args.steps)
     port = free_port()
     server = start_tensorboard(logdir, port)
