@@ -43,6 +43,7 @@ REAL_DOMAINS = {
                              "a finite number >= 0 (0: the most probable token)"),
     "repetition_penalty": (_finite_and(lambda value: value > 0.0),
                            "a finite number > 0 (1: off; > 1 discourages repeats)"),
+    "layer_norm_epsilon": (_finite_and(lambda value: value > 0.0), "a finite number > 0"),
 }
 
 # The integer fields' ranges: (lowest, highest or None).
@@ -72,6 +73,8 @@ CHOICES = {
     "on_bad_line": ("error", "skip"),
     "norm_position": ("post", "pre"),  # layers.residual.NORM_POSITIONS
     "position_encoding": ("sinusoidal", "relative"),
+    "sinusoid_layout": ("interleaved", "halves"),  # layers.embedding.SINUSOID_LAYOUTS
+    "activation": ("relu", "swish", "gelu"),  # layers.feed_forward.ACTIVATIONS
     "distribution": ("default", "mirrored", "multi_worker", "tpu"),
     "on_nonfinite": ("stop", "skip"),
     "mixed_precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
@@ -214,7 +217,13 @@ class DataConfig(_Checked):
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(_Checked):
-  """Architecture; the field names are the Transformer's constructor arguments."""
+  """Architecture; the field names are the Transformer's constructor arguments.
+
+  The defaults are the paper's model. The other values of activation, projection_biases,
+  layer_norm_epsilon, output_bias, sinusoid_layout and scale_embeddings hold the published
+  models of other toolkits (a Marian model: swish, biases, 1e-5, an output bias, sines and
+  cosines in halves; bin/import_marian.py).
+  """
   source_vocab_size: int
   target_vocab_size: int
   shared_vocab: bool = True
@@ -229,6 +238,12 @@ class ModelConfig(_Checked):
   skip_padding: bool = True
   position_encoding: str = "sinusoidal"
   max_relative_position: int = 0
+  activation: str = "relu"
+  projection_biases: bool = False
+  layer_norm_epsilon: float = 1e-6
+  output_bias: bool = False
+  sinusoid_layout: str = "interleaved"
+  scale_embeddings: bool = True
 
   def __post_init__(self):
     super().__post_init__()

@@ -10,7 +10,7 @@ from tf_transformer.config import ModelConfig
 from tf_transformer.layers import attention_bias
 from tf_transformer.layers.decoder import Decoder
 from tf_transformer.layers.dropout import Dropout
-from tf_transformer.layers.embedding import SharedEmbedding
+from tf_transformer.layers.embedding import SharedEmbedding, add_biases
 from tf_transformer.layers.encoder import Encoder
 from tf_transformer.layers.token_layout import TokenLayout
 
@@ -31,6 +31,11 @@ class Transformer(keras.Model):
   position_encoding: "sinusoidal" (section 3.5, added to the embeddings) or "relative"
   (Shaw et al., 2018: every self-attention layer learns representations of the distances
   clipped to `max_relative_position`, and the embeddings carry no position).
+
+  The options that hold other toolkits' models (config.ModelConfig): the feed-forward's
+  `activation`, `projection_biases` of the attention, `layer_norm_epsilon`, a learned
+  `output_bias` of the logits, the `sinusoid_layout` of the positions and `scale_embeddings`
+  (by sqrt(d_model)).
   """
 
   def __init__(self, source_vocab_size: int, target_vocab_size: int,
@@ -39,7 +44,9 @@ class Transformer(keras.Model):
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
                norm_position: str = "post", skip_padding: bool = True,
                position_encoding: str = "sinusoidal", max_relative_position: int = 0,
-               **kwargs):
+               activation: str = "relu", projection_biases: bool = False,
+               layer_norm_epsilon: float = 1e-6, output_bias: bool = False,
+               sinusoid_layout: str = "interleaved", scale_embeddings: bool = True, **kwargs):
     super().__init__(**kwargs)
     if shared_vocab and source_vocab_size != target_vocab_size:
       raise ValueError("shared_vocab needs one vocabulary: source_vocab_size "
@@ -55,14 +62,19 @@ class Transformer(keras.Model):
                            dropout_rate=dropout_rate,
                            attention_dropout_rate=attention_dropout_rate,
                            relu_dropout_rate=relu_dropout_rate, norm_position=norm_position,
-                           max_relative_position=max_relative_position)
+                           max_relative_position=max_relative_position, activation=activation,
+                           projection_biases=projection_biases,
+                           layer_norm_epsilon=layer_norm_epsilon)
+    self.embedding_args = dict(output_bias=output_bias, sinusoid_layout=sinusoid_layout,
+                               scale_embeddings=scale_embeddings)
 
     policy = self.dtype_policy
-    self.target_embedding = SharedEmbedding(target_vocab_size, d_model,
-                                            name="target_embedding", dtype=policy)
+    embedding = dict(scale=scale_embeddings, sinusoid_layout=sinusoid_layout, dtype=policy)
+    self.target_embedding = SharedEmbedding(target_vocab_size, d_model, output_bias=output_bias,
+                                            name="target_embedding", **embedding)
     self.source_embedding = (self.target_embedding if shared_vocab else
                              SharedEmbedding(source_vocab_size, d_model,
-                                             name="source_embedding", dtype=policy))
+                                             name="source_embedding", **embedding))
     self.embedding_dropout = Dropout(dropout_rate, dtype=policy)
     self.encoder = Encoder(name="encoder", dtype=policy, **self.stack_args)
     self.decoder = Decoder(name="decoder", dtype=policy, **self.stack_args)
@@ -179,9 +191,11 @@ class Transformer(keras.Model):
     buffers each step writes) and "cross" parts, plus "output_kernel", the pre-softmax matrix
     transposed once for the whole decoding; with `output_ids` (int32 [sources, n]: each
     source's vocabulary shortlist) each source's columns of its target ids only, and
-    `decode_step` gives the n logits of each row's source."""
+    `decode_step` gives the n logits of each row's source; "output_bias", the learned output
+    bias of the same columns (None without one)."""
     return dict(self.decoder.init_cache(memory, buffer_length),
-                output_kernel=self.target_embedding.output_kernel(output_ids))
+                output_kernel=self.target_embedding.output_kernel(output_ids),
+                output_bias=self.target_embedding.output_bias_columns(output_ids))
 
   def decode_step(self, ids, step, cross_attention_bias, cache, logits_bias=None):
     """Logits for the next token after feeding one token per sequence.
@@ -209,15 +223,16 @@ class Transformer(keras.Model):
     x, layers = self.decoder(x, None, self_bias, cross_attention_bias, layout=layout,
                              cache={"self": cache["self"], "cross": cache["cross"]},
                              step=step)
-    return (self.logits(x, cache["output_kernel"], logits_bias),
-            dict(cache, **layers))
+    bias = add_biases(logits_bias, cache["output_bias"])
+    return self.logits(x, cache["output_kernel"], bias), dict(cache, **layers)
 
   def get_config(self):
     config = super().get_config()
     config.update(source_vocab_size=self.source_vocab_size,
                   target_vocab_size=self.target_vocab_size, shared_vocab=self.shared_vocab,
                   d_model=self.d_model, skip_padding=self.skip_padding,
-                  position_encoding=self.position_encoding, **self.stack_args)
+                  position_encoding=self.position_encoding, **self.stack_args,
+                  **self.embedding_args)
     return config
 
 

@@ -63,7 +63,10 @@ _RENAMED_CONFIG_KEYS = {"padding_aware_ffn": "skip_padding"}
 
 
 # config.json keys added since, with the value every model recorded before had
-_ADDED_CONFIG_KEYS = {"position_encoding": "sinusoidal", "max_relative_position": 0}
+_ADDED_CONFIG_KEYS = {"position_encoding": "sinusoidal", "max_relative_position": 0,
+                      "activation": "relu", "projection_biases": False,
+                      "layer_norm_epsilon": 1e-6, "output_bias": False,
+                      "sinusoid_layout": "interleaved", "scale_embeddings": True}
 
 
 def _upgraded_config(recorded: dict) -> dict:

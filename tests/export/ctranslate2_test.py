@@ -5,6 +5,7 @@ real model's are): post-norm with one joint vocabulary and sinusoidal positions,
 with one vocabulary per language and relative positions.
 """
 
+import dataclasses
 import gzip
 import json
 import os
@@ -210,3 +211,55 @@ def test_int8_and_a_named_checkpoint(reversal_model, tmp_path):
   reversed_ = [" ".join("".join(words[i] for i in ids).replace("\u2581", " ").split()) == target
                for ids, (_, target) in zip(int8, dev)]
   assert np.mean(reversed_) >= 0.5, reversed_  # most (an untrained model: none)
+
+
+def test_a_model_with_marian_options_scores_as_ctranslate2_scores_it(tiny_model_dir, tmp_path):
+  """The options that hold a Marian model (swish, attention and output biases, layer norm
+  epsilon 1e-5, sines then cosines, unscaled embeddings), on random weights and random biases:
+  CTranslate2's teacher-forced log-probability of each target token is ours."""
+  import keras
+  import shutil
+
+  from tf_transformer import decoding
+  from tf_transformer import model_dir as model_dir_lib
+  from tf_transformer.checkpoints import load_for_inference
+  from tf_transformer.model import build_model
+
+  model_dir = tmp_path / "model"
+  model_dir.mkdir()
+  shutil.copy(tiny_model_dir / "spm.joint.model", model_dir / "spm.joint.model")
+  config = dataclasses.replace(
+      model_dir_lib.read_config(str(tiny_model_dir)), num_layers=2, activation="swish",
+      projection_biases=True, layer_norm_epsilon=1e-5, output_bias=True,
+      sinusoid_layout="halves", scale_embeddings=False)
+  model_dir_lib.check_config(str(model_dir), config)
+  keras.utils.set_random_seed(3)
+  model = build_model(config)
+  rng = np.random.default_rng(3)
+  for variable in model.weights:
+    if "bias" in variable.path or variable.path.endswith("beta"):
+      variable.assign(rng.normal(scale=0.5, size=variable.shape).astype(np.float32))
+  tf.train.Checkpoint(model=model).save(str(model_dir / "ckpt"))
+  ct2_dir = _export(model_dir, tmp_path / "ct2", "--src_lang=src", "--tgt_lang=tgt")
+
+  model, vocabulary, _ = load_for_inference(str(model_dir), "src", "tgt")
+  words = ["aa", "bb", "cc", "dd ee", "ff", "gg hh", "ii"]
+  sources = [" ".join(rng.choice(words, size=rng.integers(1, 6))) for _ in range(8)]
+  targets = [" ".join(rng.choice(words, size=rng.integers(1, 6))) for _ in range(8)]
+  source_rows = vocabulary.source.tokenize(tf.constant(sources)).to_list()
+  target_rows = vocabulary.target.tokenize(tf.constant(targets)).to_list()
+
+  def pieces(rows):
+    return [[p.decode() for p in vocabulary.source.id_to_string(row).numpy()] for row in rows]
+
+  translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=2)
+  theirs = [result.log_probs for result in translator.score_batch(pieces(source_rows),
+                                                                   pieces(target_rows))]
+  forbidden = decoding.never_generated_bias(model.target_vocab_size).numpy()
+  for source, target, their_log_probs in zip(source_rows, target_rows, theirs):
+    logits = model((tf.constant([source + [EOS_ID]]), tf.constant([[BOS_ID] + target])),
+                   training=False).numpy()[0] + forbidden
+    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(
+        -1, keepdims=True)) - logits.max(-1, keepdims=True)
+    ours = [log_probs[i, token] for i, token in enumerate(target + [EOS_ID])]
+    np.testing.assert_allclose(their_log_probs, ours, atol=1e-4)

@@ -20,7 +20,8 @@ def _changed(value):
     return not value
   if isinstance(value, (int, float)):
     return value * 2 if value else 0.5
-  return {"post": "pre", "en": "fr", "de": "vi", "unigram": "bpe"}[value]
+  return {"post": "pre", "en": "fr", "de": "vi", "unigram": "bpe", "relu": "swish",
+          "interleaved": "halves"}[value]
 
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ModelConfig)
@@ -93,10 +94,12 @@ def test_every_differing_field_is_named(tmp_path):
 
 def test_a_config_of_an_earlier_release_still_loads_and_resumes(tmp_path):
   """config.json written when --skip_padding was --padding_aware_ffn, before
---position_encoding and --max_relative_position."""
+--position_encoding and --max_relative_position, and before the options of other toolkits'
+models (--activation, ...)."""
+  added = ("position_encoding", "max_relative_position", "activation", "projection_biases",
+           "layer_norm_epsilon", "output_bias", "sinusoid_layout", "scale_embeddings")
   old = {("padding_aware_ffn" if key == "skip_padding" else key): value
-         for key, value in dataclasses.asdict(MODEL).items()
-         if key not in ("position_encoding", "max_relative_position")}
+         for key, value in dataclasses.asdict(MODEL).items() if key not in added}
   (tmp_path / "config.json").write_text(json.dumps(old))
   assert model_dir_lib.read_config(str(tmp_path)) == MODEL
   model_dir_lib.check_config(str(tmp_path), MODEL)  # a rerun with the same flags goes on

@@ -26,10 +26,26 @@ def _model(norm_position="post", seed=0, **overrides):
 RELATIVE = dict(position_encoding="relative", max_relative_position=2)
 
 
-@pytest.fixture(scope="module", params=["post", "pre", "relative"])
+# every option that holds a Marian model (config.ModelConfig) away from its default
+MARIAN = dict(activation="swish", projection_biases=True, layer_norm_epsilon=1e-5,
+              output_bias=True, sinusoid_layout="halves", scale_embeddings=False)
+
+
+def _randomize_biases(model, seed=0):
+  """Gives every bias of `model` random values (they start at zero, which would hide them)."""
+  rng = np.random.default_rng(seed)
+  for variable in model.weights:
+    if "bias" in variable.path or variable.path.endswith("beta"):
+      variable.assign(rng.normal(scale=0.5, size=variable.shape).astype(np.float32))
+  return model
+
+
+@pytest.fixture(scope="module", params=["post", "pre", "relative", "marian"])
 def model(request):
   if request.param == "relative":
     return _model("pre", **RELATIVE)
+  if request.param == "marian":
+    return _randomize_biases(_model("post", **MARIAN))
   return _model(request.param)
 
 
@@ -241,6 +257,55 @@ def test_config_round_trip(norm_position):
   clone.set_weights(model.get_weights())
   rng, source, target = _batch(8, 5, 4, 1, 3)
   np.testing.assert_array_equal(_logits(clone, source, target), _logits(model, source, target))
+
+
+def test_marian_options_round_trip_and_add_their_weights():
+  model = _randomize_biases(_model(seed=4, **MARIAN))
+  config = model.get_config()
+  assert {key: config[key] for key in MARIAN} == MARIAN
+  clone = Transformer.from_config(config)
+  assert [tuple(w.shape) for w in clone.weights] == [tuple(w.shape) for w in model.weights]
+  clone.set_weights(model.get_weights())
+  rng, source, target = _batch(8, 5, 4, 1, 3)
+  np.testing.assert_array_equal(_logits(clone, source, target), _logits(model, source, target))
+  layers = CONFIG["num_layers"]
+  # a bias for each attention projection (self: qkv, output; cross: q, kv, output), and one of
+  # the logits
+  biases = layers * 2 + layers * 2 + layers * 3
+  assert len(model.weights) == len(_model(seed=4).weights) + biases + 1
+  assert tuple(model.target_embedding.output_bias.shape) == (VOCAB,)
+  norms = [layer for layer in model._flatten_layers() if type(layer).__name__ == "LayerNorm"]
+  assert norms and all(norm.epsilon == 1e-5 for norm in norms)
+
+
+def test_a_checkpoint_holds_every_weight_of_the_marian_options(tmp_path):
+  model = _randomize_biases(_model(seed=7, **MARIAN))
+  path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+  clone = _model(seed=8, **MARIAN)
+  tf.train.Checkpoint(model=clone).restore(path).assert_existing_objects_matched()
+  for saved, restored in zip(model.weights, clone.weights):
+    np.testing.assert_array_equal(saved.numpy(), restored.numpy(), err_msg=saved.path)
+
+
+def test_the_fused_training_loss_of_a_model_with_an_output_bias_equals_its_logits_loss():
+  """Training's fused projection and loss (batch_statistics with training) against the loss of
+  `logits` (which add the bias): the same loss and gradients, the output bias's included."""
+  model = _randomize_biases(_model(seed=6, **MARIAN))
+  rng, source, target = _batch(9, 5, 4, 1, 3)
+  labels = np.concatenate([target[:, 1:], np.full((2, 1), 3, np.int32)], axis=1)
+  batch = tuple(tf.constant(t) for t in (source, target, labels))
+  results = []
+  for training in (True, False):  # dropout is 0: the two passes differ in the loss only
+    with tf.GradientTape() as tape:
+      stats = losses.batch_statistics(model, batch, 0.1, training=training)
+    results.append((float(stats["loss"]), tape.gradient(stats["loss"], model.trainable_variables)))
+  (fused, fused_gradients), (plain, plain_gradients) = results
+  np.testing.assert_allclose(fused, plain, rtol=1e-6)
+  names = [variable.path for variable in model.trainable_variables]
+  assert any(name.endswith("output_bias") for name in names)
+  for name, got, expected in zip(names, fused_gradients, plain_gradients):
+    np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
+                               tf.convert_to_tensor(expected).numpy(), atol=1e-5, err_msg=name)
 
 
 def test_relative_config_round_trip():

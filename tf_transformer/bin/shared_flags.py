@@ -95,7 +95,7 @@ _integer("num_heads", 8, "Attention heads.")
 _integer("d_ff", 2048, "Inner width of the feed-forward layers.")
 flags.DEFINE_float("dropout_rate", 0.1, "Residual and embedding dropout.")
 flags.DEFINE_float("attention_dropout_rate", 0.1, "Dropout on attention weights.")
-flags.DEFINE_float("relu_dropout_rate", 0.1, "Dropout after the feed-forward ReLU.")
+flags.DEFINE_float("relu_dropout_rate", 0.1, "Dropout after the feed-forward activation.")
 _enum("norm_position", "post",  # layers.residual.NORM_POSITIONS
       "post: the paper's LayerNorm(x + F(x)); pre: x + F(LayerNorm(x)).")
 _enum("position_encoding", "sinusoidal",
@@ -105,6 +105,20 @@ _enum("position_encoding", "sinusoidal",
 _integer("max_relative_position", 0,
          "With --position_encoding=relative: the largest distance told apart (e.g. 16 or 20); "
          "farther keys share its representation.")
+_enum("activation", "relu",  # layers.feed_forward.ACTIVATIONS
+      "The feed-forward activation: relu (the paper's), swish (x * sigmoid(x), Marian's) or "
+      "gelu.")
+flags.DEFINE_bool("projection_biases", False,
+                  "Biases on the attention's query, key, value and output projections (the "
+                  "paper has none; Marian's and fairseq's models do).")
+flags.DEFINE_float("layer_norm_epsilon", 1e-6, "Added to the variance in every layer norm.")
+flags.DEFINE_bool("output_bias", False, "A learned bias of each vocabulary entry's logit.")
+_enum("sinusoid_layout", "interleaved",  # layers.embedding.SINUSOID_LAYOUTS
+      "Where the sinusoidal positions put their sines and cosines: interleaved (the paper's "
+      "formula: sin, cos, sin, ...) or halves (the sines, then the cosines: Marian's, "
+      "fairseq's).")
+flags.DEFINE_bool("scale_embeddings", True,
+                  "Multiply the embeddings by sqrt(--d_model) before the positions are added.")
 flags.DEFINE_bool("skip_padding", True,
                   "Run the layers on the real tokens only (padding stays out of every matmul, "
                   "norm and dropout except attention's core); off, every padded position is "

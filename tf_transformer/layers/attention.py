@@ -14,7 +14,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
   Self-attention projects queries, keys and values with one fused [d_model, 3 * d_model]
   matmul; cross-attention projects the query alone and keys/values from `memory` with one
-  [d_model, 2 * d_model] matmul. Projections have no bias, as in the reference implementation.
+  [d_model, 2 * d_model] matmul. Projections have no bias, as in the reference implementation,
+  unless `use_bias` (Marian's and fairseq's models have them): a bias of each projection's
+  columns, added before the query's scaling.
 
   With `max_relative_position` K > 0 (self-attention only), relative position representations
   (Shaw et al., 2018): two learned tables [2K + 1, D], shared by the heads, of the key-minus-query
@@ -25,7 +27,7 @@ class MultiHeadAttention(keras.layers.Layer):
   """
 
   def __init__(self, num_heads: int, dropout_rate: float = 0.0, self_attention: bool = True,
-               max_relative_position: int = 0, **kwargs):
+               max_relative_position: int = 0, use_bias: bool = False, **kwargs):
     super().__init__(**kwargs)
     if max_relative_position and not self_attention:
       raise ValueError("relative positions are for self-attention only")
@@ -33,6 +35,9 @@ class MultiHeadAttention(keras.layers.Layer):
     self.dropout_rate = dropout_rate
     self.self_attention = self_attention
     self.max_relative_position = max_relative_position
+    self.use_bias = use_bias
+    # {kernel name: its bias variable [columns]}, with use_bias
+    self.biases = {}
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
     # {weight name: precisions.Kernel}: the products' weights (precisions.convert replaces
     # them with reduced-precision copies for inference)
@@ -60,6 +65,13 @@ class MultiHeadAttention(keras.layers.Layer):
                                              initializer=init)
     self.kernels = {name: Float32Kernel(variable)
                     for name, variable in self.kernels_for_inference().items()}
+    if self.use_bias:
+      for name, kernel in self.kernels_for_inference().items():
+        bias_name = name.replace("kernel", "bias")
+        # an attribute each, as the kernels: tf.train.Checkpoint saves what attributes hold
+        setattr(self, bias_name, self.add_weight(name=bias_name, shape=(kernel.shape[1],),
+                                                 initializer="zeros"))
+        self.biases[name] = getattr(self, bias_name)
 
   def kernels_for_inference(self) -> dict:
     """The weight matrices by name (see precisions.convert)."""
@@ -84,10 +96,13 @@ class MultiHeadAttention(keras.layers.Layer):
     return query * tf.cast((self.d_model // self.num_heads)**-0.5, query.dtype)
 
   def _matmul(self, rows, layout, name, scale_query=False):
-    """rows [R, d_model] of `layout` @ the weight `name` -> [R, columns], in the compute
-    dtype; its query columns times D**-0.5 with `scale_query`."""
-    return self.kernels[name].matmul(rows,
-                                     column_scale=self._query_scale() if scale_query else None,
+    """rows [R, d_model] of `layout` @ the weight `name` (+ its bias) -> [R, columns], in the
+    compute dtype; its query columns times D**-0.5 with `scale_query`."""
+    scale = self._query_scale() if scale_query else None
+    bias = self.biases.get(name)
+    if bias is not None and scale is not None:
+      bias = bias * scale
+    return self.kernels[name].matmul(rows, bias, column_scale=scale,
                                      static_rows=not layout.skip_padding)
 
   def _project(self, rows, layout, name, parts, scale_query=False):
@@ -260,5 +275,5 @@ class MultiHeadAttention(keras.layers.Layer):
     config = super().get_config()
     config.update(num_heads=self.num_heads, dropout_rate=self.dropout_rate,
                   self_attention=self.self_attention,
-                  max_relative_position=self.max_relative_position)
+                  max_relative_position=self.max_relative_position, use_bias=self.use_bias)
     return config

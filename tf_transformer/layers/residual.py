@@ -20,7 +20,8 @@ class ResidualNorm(keras.layers.Layer):
   Usage: `y = sublayer(block.sublayer_input(x)); x = block(x, y)`.
   """
 
-  def __init__(self, dropout_rate: float = 0.0, norm_position: str = "post", **kwargs):
+  def __init__(self, dropout_rate: float = 0.0, norm_position: str = "post",
+               epsilon: float = 1e-6, **kwargs):
     super().__init__(**kwargs)
     if norm_position not in NORM_POSITIONS:
       raise ValueError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}")
@@ -28,7 +29,7 @@ class ResidualNorm(keras.layers.Layer):
     self.norm_position = norm_position
     self._dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
     # layer norm runs in float32: its variance is too coarse in float16/bfloat16
-    self.norm = LayerNorm(epsilon=1e-6, dtype="float32", name="norm")
+    self.norm = LayerNorm(epsilon=epsilon, dtype="float32", name="norm")
 
   def build(self, inputs_shape, *args, **kwargs):
     self.norm.build(inputs_shape)
@@ -50,7 +51,8 @@ class ResidualNorm(keras.layers.Layer):
 
   def get_config(self):
     config = super().get_config()
-    config.update(dropout_rate=self.dropout_rate, norm_position=self.norm_position)
+    config.update(dropout_rate=self.dropout_rate, norm_position=self.norm_position,
+                  epsilon=self.norm.epsilon)
     return config
 
 
@@ -58,12 +60,13 @@ class ResidualNorm(keras.layers.Layer):
 class FinalNorm(keras.layers.Layer):
   """The layer norm after a pre-norm stack; the identity after a post-norm stack."""
 
-  def __init__(self, norm_position: str = "post", **kwargs):
+  def __init__(self, norm_position: str = "post", epsilon: float = 1e-6, **kwargs):
     super().__init__(**kwargs)
     self.norm_position = norm_position
+    self.epsilon = epsilon
     self.norm = None
     if norm_position == "pre":
-      self.norm = LayerNorm(epsilon=1e-6, dtype="float32", name="norm")
+      self.norm = LayerNorm(epsilon=epsilon, dtype="float32", name="norm")
 
   def build(self, inputs_shape):
     if self.norm is not None:
@@ -80,5 +83,5 @@ class FinalNorm(keras.layers.Layer):
 
   def get_config(self):
     config = super().get_config()
-    config.update(norm_position=self.norm_position)
+    config.update(norm_position=self.norm_position, epsilon=self.epsilon)
     return config

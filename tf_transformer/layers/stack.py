@@ -7,7 +7,8 @@ from tf_transformer.layers.feed_forward import FeedForward
 from tf_transformer.layers.residual import FinalNorm, ResidualNorm
 
 _LAYER_ARGS = ("num_heads", "d_ff", "dropout_rate", "attention_dropout_rate",
-               "relu_dropout_rate", "norm_position", "max_relative_position")
+               "relu_dropout_rate", "norm_position", "max_relative_position", "activation",
+               "projection_biases", "layer_norm_epsilon")
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -18,15 +19,20 @@ class TransformerLayer(keras.layers.Layer):
     d_ff: inner width of the feed-forward sublayer.
     dropout_rate: dropout on each sublayer output before the residual add.
     attention_dropout_rate: dropout on attention weights.
-    relu_dropout_rate: dropout after the feed-forward ReLU.
+    relu_dropout_rate: dropout after the feed-forward activation.
     norm_position: "post" (the paper) or "pre".
     max_relative_position: K > 0: self-attention with relative position representations of
       distances clipped to [-K, K] (see MultiHeadAttention); 0: none.
+    activation: the feed-forward's (feed_forward.ACTIVATIONS).
+    projection_biases: the attention projections add biases (MultiHeadAttention's use_bias).
+    layer_norm_epsilon: the layer norms' epsilon.
   """
 
   def __init__(self, num_heads: int, d_ff: int, dropout_rate: float = 0.1,
                attention_dropout_rate: float = 0.1, relu_dropout_rate: float = 0.1,
-               norm_position: str = "post", max_relative_position: int = 0, **kwargs):
+               norm_position: str = "post", max_relative_position: int = 0,
+               activation: str = "relu", projection_biases: bool = False,
+               layer_norm_epsilon: float = 1e-6, **kwargs):
     super().__init__(**kwargs)
     self.num_heads = num_heads
     self.d_ff = d_ff
@@ -35,18 +41,24 @@ class TransformerLayer(keras.layers.Layer):
     self.relu_dropout_rate = relu_dropout_rate
     self.norm_position = norm_position
     self.max_relative_position = max_relative_position
+    self.activation = activation
+    self.projection_biases = projection_biases
+    self.layer_norm_epsilon = layer_norm_epsilon
 
   def _attention(self, name: str, self_attention: bool) -> MultiHeadAttention:
     return MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self_attention,
                               self.max_relative_position if self_attention else 0,
-                              name=name, dtype=self.dtype_policy)
+                              use_bias=self.projection_biases, name=name,
+                              dtype=self.dtype_policy)
 
   def _residual(self, name: str) -> ResidualNorm:
     """The dropout, residual add and layer norm around one sublayer."""
-    return ResidualNorm(self.dropout_rate, self.norm_position, name=name, dtype=self.dtype_policy)
+    return ResidualNorm(self.dropout_rate, self.norm_position, self.layer_norm_epsilon,
+                        name=name, dtype=self.dtype_policy)
 
   def _feed_forward(self) -> FeedForward:
-    return FeedForward(self.d_ff, self.relu_dropout_rate, name="ffn", dtype=self.dtype_policy)
+    return FeedForward(self.d_ff, self.relu_dropout_rate, self.activation, name="ffn",
+                       dtype=self.dtype_policy)
 
   def compute_output_shape(self, inputs_shape, *args, **kwargs):
     return inputs_shape
@@ -76,7 +88,8 @@ class LayerStack(keras.layers.Layer):
     for i in range(num_layers):
       setattr(self, f"layer_{i}", self.layer_class(**layer_kwargs, name=f"layer_{i}",
                                                     dtype=self.dtype_policy))
-    self.final_norm = FinalNorm(layer_kwargs.get("norm_position", "post"), name="final_norm",
+    self.final_norm = FinalNorm(layer_kwargs.get("norm_position", "post"),
+                                layer_kwargs.get("layer_norm_epsilon", 1e-6), name="final_norm",
                                 dtype=self.dtype_policy)
 
   @property

@@ -21,7 +21,9 @@ from tf_transformer.config import ConfigError, ModelConfig
 INIT_FILE = "init.json"
 # the ModelConfig fields that shape the weights; the dropout rates and skip_padding may change
 ARCHITECTURE = ("num_layers", "d_model", "num_heads", "d_ff", "norm_position", "shared_vocab",
-                "position_encoding", "max_relative_position")
+                "position_encoding", "max_relative_position", "activation",
+                "projection_biases", "layer_norm_epsilon", "output_bias", "sinusoid_layout",
+                "scale_embeddings")
 # the data settings that made OLD's subword models
 VOCABULARY = ("vocab_size", "spm_model_type", "spm_byte_fallback", "shared_vocab")
 

@@ -122,9 +122,9 @@ _MIN_CHUNK_TOKENS = 256
 
 
 def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: float,
-                               chunk_tokens: int = 0):
-  """`token_statistics` of logits = hidden @ output_kernel, with the gradient of "loss" formed
-  in the forward pass, chunk by chunk of tokens.
+                               chunk_tokens: int = 0, output_bias=None):
+  """`token_statistics` of logits = hidden @ output_kernel (+ output_bias), with the gradient of
+  "loss" formed in the forward pass, chunk by chunk of tokens.
 
   For each chunk the logits, their loss terms and d loss / d logits = softmax - q are computed
   and at once multiplied into the gradients of `hidden` and `output_kernel`, so at most one
@@ -139,10 +139,12 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
     labels: int32 [num_tokens].
     label_smoothing: eps in [0, 1).
     chunk_tokens: tokens per chunk; 0 picks about 2M logits per chunk, at least 256 tokens.
+    output_bias: optional float32 [vocab_size] added to the logits (the model's learned one).
 
   Returns:
     dict of float32 scalars as `token_statistics`: "loss", "nll", "correct", "tokens". Only
-    "loss" has a gradient (towards `hidden` and `output_kernel`); the others are statistics.
+    "loss" has a gradient (towards `hidden`, `output_kernel` and `output_bias`); the others
+    are statistics.
   """
   vocab_size = output_kernel.shape[-1]
   if not chunk_tokens:
@@ -150,14 +152,16 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
   compute_dtype = hidden.dtype
 
   @tf.custom_gradient
-  def summed(hidden, output_kernel):
+  def summed(hidden, output_kernel, *bias):  # bias: () or (output_bias,)
     num_tokens = tf.shape(hidden)[0]
     kernel_rows = tf.transpose(output_kernel)  # -> [vocab_size, d_model]
 
-    def chunk_step(start, d_kernel, d_hidden, sums):
+    def chunk_step(start, d_kernel, d_bias, d_hidden, sums):
       h = hidden[start:start + chunk_tokens]
       y = labels[start:start + chunk_tokens]
       logits = tf.cast(tf.matmul(h, output_kernel), tf.float32)  # -> [chunk, vocab_size]
+      if bias:
+        logits += tf.cast(bias[0], tf.float32)
       label_positions = _label_positions(y)
       terms = _loss_terms(logits, label_positions, label_smoothing)
       # d loss / d logits = softmax - q, q = (1 - eps) onehot + eps / V
@@ -167,14 +171,17 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
           d_logits, label_positions, tf.fill(tf.shape(y), 1.0 - label_smoothing)),
           compute_dtype)
       d_kernel += tf.cast(tf.matmul(h, d_logits, transpose_a=True), tf.float32)
+      if bias:
+        d_bias += tf.reduce_sum(tf.cast(d_logits, tf.float32), axis=0)
       d_hidden = d_hidden.write(start // chunk_tokens, tf.matmul(d_logits, kernel_rows))
       sums += tf.stack([tf.reduce_sum(terms.loss), tf.reduce_sum(terms.nll),
                         tf.reduce_sum(terms.correct)])
-      return start + chunk_tokens, d_kernel, d_hidden, sums
+      return start + chunk_tokens, d_kernel, d_bias, d_hidden, sums
 
-    _, d_kernel, d_hidden, sums = tf.while_loop(
+    _, d_kernel, d_bias, d_hidden, sums = tf.while_loop(
         lambda start, *_: start < num_tokens, chunk_step,
         (tf.constant(0), tf.zeros(tf.shape(output_kernel), tf.float32),
+         tf.zeros([vocab_size] if bias else [0], tf.float32),
          tf.TensorArray(compute_dtype, size=0, dynamic_size=True, infer_shape=False,
                         element_shape=tf.TensorShape([None, hidden.shape[-1]])),
          tf.zeros([3])),
@@ -185,11 +192,13 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
       del d_tokens  # the token count does not depend on the inputs
       d_loss = d_sums[0]  # "nll" and "correct" are statistics: no gradient
       return (d_hidden * tf.cast(d_loss, compute_dtype),
-              tf.cast(d_kernel * d_loss, output_kernel.dtype))
+              tf.cast(d_kernel * d_loss, output_kernel.dtype),
+              *(tf.cast(d_bias * d_loss, bias[0].dtype) for _ in bias))
 
     return (sums, tf.cast(num_tokens, tf.float32)), gradient
 
-  sums, tokens = summed(hidden, output_kernel)
+  bias = () if output_bias is None else (output_bias,)
+  sums, tokens = summed(hidden, output_kernel, *bias)
   return {"loss": sums[0], "nll": tf.stop_gradient(sums[1]),
           "correct": tf.stop_gradient(sums[2]), "tokens": tokens}
 
@@ -216,6 +225,8 @@ def batch_statistics(model, batch, label_smoothing: float, training: bool = True
   # float16 keeps autodiff: its loss scale must reach d loss / d logits before the cast to
   # float16 (the fused pass forms them unscaled, and small probabilities would underflow)
   if training and weights is None and hidden.dtype != tf.float16:
-    return projected_token_statistics(hidden, model.target_embedding.output_kernel()[0],
-                                      labels, label_smoothing)
+    embedding = model.target_embedding
+    return projected_token_statistics(hidden, embedding.output_kernel()[0], labels,
+                                      label_smoothing,
+                                      output_bias=embedding.output_bias_columns())
   return token_statistics(model.logits(hidden), labels, label_smoothing, weights)

@@ -38,16 +38,19 @@ def _split_heads(x, num_heads):
   return x.reshape(b, t, num_heads, d // num_heads).transpose(0, 2, 1, 3)
 
 
-def _reference(query, memory, q_w, k_w, v_w, out_w, bias, num_heads):
-  q = _split_heads(query @ q_w, num_heads)
-  k = _split_heads(memory @ k_w, num_heads)
-  v = _split_heads(memory @ v_w, num_heads)
+def _reference(query, memory, q_w, k_w, v_w, out_w, bias, num_heads, biases=(0, 0, 0, 0)):
+  """Multi-head attention in float64; `biases`: of the query, key, value and output
+  projections (Marian's, scaled with the query)."""
+  q_b, k_b, v_b, out_b = biases
+  q = _split_heads(query @ q_w + q_b, num_heads)
+  k = _split_heads(memory @ k_w + k_b, num_heads)
+  v = _split_heads(memory @ v_w + v_b, num_heads)
   depth = q.shape[-1]
   logits = q @ k.transpose(0, 1, 3, 2) * depth**-0.5 + bias
   context = testutil.softmax(logits) @ v  # [B, H, T, D]
   b, h, t, dd = context.shape
   context = context.transpose(0, 2, 1, 3).reshape(b, t, h * dd)
-  return context @ out_w
+  return context @ out_w + out_b
 
 
 def _self_layer(num_heads, seed=0):
@@ -146,6 +149,49 @@ def test_cross_attention_matches_reference_and_ignores_masked_memory(num_heads, 
   cached, _ = _attend(layer, query, bias, cache=layer.project_memory(tf.constant(memory)),
                       training=False)
   np.testing.assert_allclose(cached, out, atol=1e-6)
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_projection_biases_match_the_reference_in_full_and_cached_passes(self_attention):
+  """With use_bias, every projection adds its bias (the query's before its scaling); a
+  decoding step's cached pass gives the full pass's output."""
+  keras.utils.set_random_seed(3)
+  layer = MultiHeadAttention(2, 0.0, self_attention=self_attention, use_bias=True)
+  layer.build((None, None, D_MODEL), None if self_attention else (None, None, D_MODEL))
+  rng = np.random.default_rng(3)
+  for bias in layer.biases.values():
+    bias.assign(rng.normal(size=bias.shape).astype(np.float32))
+  query = rng.normal(size=(2, 3, D_MODEL)).astype(np.float32)
+  memory = query if self_attention else rng.normal(size=(2, 4, D_MODEL)).astype(np.float32)
+  if self_attention:
+    names, ids = ("qkv_kernel",), tf.constant([[1, 2, 3], [4, 5, 0]])
+    bias = attention_bias.padding_bias(ids) + attention_bias.decoder_self_attention_bias(ids)
+  else:
+    names, ids = ("q_kernel", "kv_kernel"), tf.constant([[1, 2, 3, 0], [4, 5, 6, 7]])
+    bias = attention_bias.padding_bias(ids)
+  weights = np.concatenate([layer.kernels_for_inference()[name].numpy() for name in names], 1)
+  biases = np.concatenate([layer.biases[name].numpy() for name in names])
+  d = D_MODEL
+  expected = _reference(
+      query.astype(np.float64), memory.astype(np.float64), weights[:, :d], weights[:, d:2 * d],
+      weights[:, 2 * d:], layer.output_kernel.numpy(), bias.numpy(), 2,
+      (biases[:d], biases[d:2 * d], biases[2 * d:], layer.biases["output_kernel"].numpy()))
+  kwargs = {} if self_attention else {"memory": memory}
+  out, _ = _attend(layer, query, bias, training=False, **kwargs)
+  np.testing.assert_allclose(out[0], expected[0], atol=1e-5)
+  np.testing.assert_allclose(out[1, :2], expected[1, :2], atol=1e-5)
+  if self_attention:  # one query position a step, over the keys written so far
+    cache = {"key": tf.zeros([2, 2, 3, d // 2]), "value": tf.zeros([2, 2, 3, d // 2])}
+    for step in range(3):
+      row = tf.constant(query[:, step])
+      out, cache = layer(row, attention_bias.cached_step_bias(3, step),
+                         layout=TokenLayout.dense(2, 1), cache=cache, step=step)
+      np.testing.assert_allclose(out.numpy()[0], expected[0, step], atol=1e-5)
+  else:
+    out, _ = _attend(layer, query, bias, cache=layer.project_memory(tf.constant(memory)),
+                     training=False)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+  assert not MultiHeadAttention(2).biases  # none by default
 
 
 def test_attention_weights_match_reference():

@@ -100,14 +100,27 @@ def test_unknown_precision_is_refused_and_the_registry_is_the_flags_choices():
   assert all(issubclass(kind, precisions.Kernel) for kind in precisions.PRECISIONS.values())
 
 
-def _model(seed=0):
+def _model(seed=0, **options):
+  """A random 2-layer model; with `options` (config.ModelConfig's), random biases too."""
   keras.utils.set_random_seed(seed)
-  return build_model(ModelConfig(50, 50, num_layers=2, d_model=32, num_heads=4, d_ff=64))
+  model = build_model(ModelConfig(50, 50, num_layers=2, d_model=32, num_heads=4, d_ff=64,
+                                  **options))
+  rng = np.random.default_rng(seed)
+  for variable in model.weights if options else ():
+    if "bias" in variable.path:
+      variable.assign(rng.normal(scale=0.5, size=variable.shape).astype(np.float32))
+  return model
 
 
+# a Marian model's options: biases on the attention projections and the logits, swish
+MARIAN = dict(activation="swish", projection_biases=True, layer_norm_epsilon=1e-5,
+              output_bias=True, sinusoid_layout="halves", scale_embeddings=False)
+
+
+@pytest.mark.parametrize("options", [{}, MARIAN], ids=["paper", "marian"])
 @pytest.mark.parametrize("precision, tolerance", [("int8", 0.03), ("bfloat16", 0.03)])
-def test_converted_model_reads_only_the_copies(precision, tolerance):
-  reference, model = _model(), _model()
+def test_converted_model_reads_only_the_copies(precision, tolerance, options):
+  reference, model = _model(**options), _model(**options)
   ids = tf.constant(np.random.default_rng(3).integers(4, 50, size=(3, 9)), tf.int32)
   source, target = ids, tf.roll(ids, 1, axis=1)
   expected = reference((source, target), training=False).numpy()

@@ -95,28 +95,35 @@ def test_hand_written_gradient_matches_float64_reference(eps, mode):
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-@pytest.mark.parametrize("num_tokens,chunk_tokens", [(10, 3), (10, 10), (4, 0), (0, 3)])
-def test_fused_projection_and_loss_match_float64_reference(eps, num_tokens, chunk_tokens):
+@pytest.mark.parametrize("num_tokens,chunk_tokens,with_bias",
+                         [(10, 3, False), (10, 10, False), (4, 0, False), (0, 3, False),
+                          (10, 3, True), (0, 3, True)])
+def test_fused_projection_and_loss_match_float64_reference(eps, num_tokens, chunk_tokens,
+                                                           with_bias):
   """Sums and gradients of `projected_token_statistics` (chunks of 3 leave a partial last
-  chunk; 0 tokens is a replica with an empty share) equal float64 autodiff-free references."""
+  chunk; 0 tokens is a replica with an empty share; an output bias added to the logits) equal
+  float64 autodiff-free references."""
   rng = np.random.default_rng(2)
   hidden = rng.normal(size=(num_tokens, 4))
   kernel = rng.normal(size=(4, 9))
+  output_bias = rng.normal(size=9) if with_bias else np.zeros(9)
   labels = rng.integers(0, 9, size=num_tokens).astype(np.int32)
-  logits = hidden @ kernel
+  logits = hidden @ kernel + output_bias
   labels[:2] = np.argmax(logits[:2], axis=-1)
   scale = 2.5  # an upstream gradient, as a loss scale or a 1 / tokens factor gives
 
   @tf.function
-  def run(h, k):
+  def run(h, k, b):
     with tf.GradientTape() as tape:
-      tape.watch([h, k])
-      stats = losses.projected_token_statistics(h, k, tf.constant(labels), eps, chunk_tokens)
+      tape.watch([h, k, b])
+      stats = losses.projected_token_statistics(h, k, tf.constant(labels), eps, chunk_tokens,
+                                                output_bias=b if with_bias else None)
       objective = scale * stats["loss"] + 3.0 * stats["nll"] + 5.0 * stats["correct"]
-    return stats, tape.gradient(objective, [h, k])
+    return stats, tape.gradient(objective, [h, k, b])
 
-  stats, (d_hidden, d_kernel) = run(tf.constant(hidden, tf.float32),
-                                    tf.constant(kernel, tf.float32))
+  stats, (d_hidden, d_kernel, d_bias) = run(tf.constant(hidden, tf.float32),
+                                            tf.constant(kernel, tf.float32),
+                                            tf.constant(output_bias, tf.float32))
   ref_loss, ref_nll = _reference(logits, labels, eps)
   np.testing.assert_allclose(float(stats["loss"]), ref_loss.sum(), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(float(stats["nll"]), ref_nll.sum(), rtol=1e-5, atol=1e-6)
@@ -126,3 +133,7 @@ def test_fused_projection_and_loss_match_float64_reference(eps, num_tokens, chun
                                          np.zeros(num_tokens))
   np.testing.assert_allclose(d_hidden.numpy(), d_logits @ kernel.T, atol=1e-5)
   np.testing.assert_allclose(d_kernel.numpy(), hidden.T @ d_logits, atol=1e-5)
+  if with_bias:
+    np.testing.assert_allclose(d_bias.numpy(), d_logits.sum(axis=0), atol=1e-5)
+  else:
+    assert d_bias is None
