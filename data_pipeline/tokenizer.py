@@ -77,17 +77,18 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
       tf.io.gfile.copy(prefix + ".model", temporary, overwrite=True)
 
 
-def load_tokenizer(model_path: str, alpha: float = 0.0,
-                   nbest_size: int = -1) -> tf_text.SentencepieceTokenizer:
-  """The in-graph tokenizer of a SentencePiece model file (ids as int32): the best
-  segmentation, or with `alpha` > 0 one sampled anew at each call (see Vocabulary.sampling)."""
+def load_tokenizer(model_path: str, alpha: float = 0.0, nbest_size: int = -1,
+                   out_type=tf.int32) -> tf_text.SentencepieceTokenizer:
+  """The in-graph tokenizer of a SentencePiece model file (ids as int32, or pieces with
+  `out_type` tf.string): the best segmentation, or with `alpha` > 0 one sampled anew at each
+  call (see Vocabulary.sampling)."""
   with tf.io.gfile.GFile(model_path, "rb") as f:
     model = f.read()
   if alpha > 0:
-    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, alpha=alpha,
+    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=out_type, alpha=alpha,
                                                nbest_size=nbest_size)
   else:
-    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=out_type)
   tokenizer._model_resource = _NamedSentencepieceModel(model)  # pylint: disable=protected-access
   return tokenizer
 
