@@ -7,6 +7,7 @@ written through tf.io.gfile, so a model directory may be on any TensorFlow file 
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import tempfile
@@ -22,6 +23,7 @@ from common import files
 from common.errors import UserError
 from common.progress import ProgressBar
 from data_pipeline import language_tags
+from data_pipeline.piece_table import PieceTableTokenizer
 from data_pipeline.token_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -114,13 +116,22 @@ class _NamedSentencepieceModel(tf.saved_model.experimental.TrackableResource):
                                                         shared_name=self._shared_name)
 
 
+# An imported model's vocabulary (bin/import_marian.py): its source and target SentencePiece
+# models, whose pieces take their ids from one joint table (piece_table.py), a JSON list of the
+# pieces in id order
+PIECE_TABLE_FILE = "vocab.pieces.json"
+SOURCE_MODEL_FILE, TARGET_MODEL_FILE = "spm.source.model", "spm.target.model"
+
+
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
-  """The subword models of a translation direction (the same file twice when joint)."""
+  """The subword models of a translation direction (the same file twice when joint); with
+  `pieces`, the joint table of an imported model's two models (piece_table.py)."""
   source_model_path: str
   target_model_path: str
-  source: tf_text.SentencepieceTokenizer
-  target: tf_text.SentencepieceTokenizer
+  source: tf_text.SentencepieceTokenizer | PieceTableTokenizer
+  target: tf_text.SentencepieceTokenizer | PieceTableTokenizer
+  pieces: tuple[str, ...] = ()
 
   @property
   def source_size(self) -> int:
@@ -138,15 +149,28 @@ class Vocabulary:
     SentencePiece draws with its own random generator, which TensorFlow does not seed."""
     source, target = self.source, self.target
     if sides != "target":
-      source = load_tokenizer(self.source_model_path, alpha, nbest_size)
+      source = _load(self.source_model_path, self.pieces, alpha, nbest_size)
     if sides != "source":
       shared = sides == "both" and self.target_model_path == self.source_model_path
-      target = source if shared else load_tokenizer(self.target_model_path, alpha, nbest_size)
-    return Vocabulary(self.source_model_path, self.target_model_path, source, target)
+      target = source if shared else _load(self.target_model_path, self.pieces, alpha,
+                                           nbest_size)
+    return Vocabulary(self.source_model_path, self.target_model_path, source, target,
+                      self.pieces)
+
+
+def _load(model_path: str, pieces: tuple[str, ...], alpha: float = 0.0, nbest_size: int = -1):
+  """load_tokenizer's tokenizer, or with `pieces` a PieceTableTokenizer of the model."""
+  if not pieces:
+    return load_tokenizer(model_path, alpha, nbest_size)
+  return PieceTableTokenizer(load_tokenizer(model_path, alpha, nbest_size, tf.string),
+                             list(pieces))
 
 
 def vocabulary_paths(model_dir: str, shared: bool, src_lang: str, tgt_lang: str):
-  """Where a model directory keeps its subword models: (source path, target path)."""
+  """Where a model directory keeps its subword models: (source path, target path); an imported
+  model's (a PIECE_TABLE_FILE beside them) whatever the languages."""
+  if tf.io.gfile.exists(os.path.join(model_dir, PIECE_TABLE_FILE)):
+    return os.path.join(model_dir, SOURCE_MODEL_FILE), os.path.join(model_dir, TARGET_MODEL_FILE)
   if shared:
     path = os.path.join(model_dir, "spm.joint.model")
     return path, path
@@ -155,10 +179,16 @@ def vocabulary_paths(model_dir: str, shared: bool, src_lang: str, tgt_lang: str)
 
 
 def load_vocabulary(source_model_path: str, target_model_path: str) -> Vocabulary:
-  source = load_tokenizer(source_model_path)
-  target = source if target_model_path == source_model_path else load_tokenizer(
-      target_model_path)
-  return Vocabulary(source_model_path, target_model_path, source, target)
+  """The Vocabulary of two subword model files (the same twice when joint), with the joint
+  table of a PIECE_TABLE_FILE beside the source's (an imported model)."""
+  table_path = os.path.join(os.path.dirname(source_model_path), PIECE_TABLE_FILE)
+  pieces = ()
+  if tf.io.gfile.exists(table_path):
+    with tf.io.gfile.GFile(table_path) as f:
+      pieces = tuple(json.load(f))
+  source = _load(source_model_path, pieces)
+  target = source if target_model_path == source_model_path else _load(target_model_path, pieces)
+  return Vocabulary(source_model_path, target_model_path, source, target, pieces)
 
 
 def _counted(sentences, progress: ProgressBar):

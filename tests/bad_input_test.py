@@ -2,6 +2,7 @@
 naming the flag, file, line or input, no traceback, and no partial output file."""
 
 import concurrent.futures
+import json
 import re
 import shutil
 import subprocess
@@ -41,6 +42,41 @@ def translate(*flags, message, **kwargs):
 
 def export(*flags, message, **kwargs):
   return Case((*EXPORT, "--model_dir={m}", "--export_dir={d}/export", *flags), message, **kwargs)
+
+
+MARIAN = testutil.ROOT / "tests" / "fixtures" / "marian" / "tiny"
+
+
+def import_marian(change, message):
+  """import_marian of a copy of the Marian fixture in {d}/marian that `change(folder)` breaks,
+  into {d}/imported."""
+  def prepare(d, m):
+    shutil.copytree(MARIAN, d / "marian")
+    change(d / "marian")
+  return Case(("tf_transformer.bin.import_marian", "--from={d}/marian",
+               "--model_dir={d}/imported"), message, prepare=prepare)
+
+
+def _edit_json(name, **fields):
+  """A change that sets `fields` in the JSON file `name` (None: removes the field)."""
+  def change(folder):
+    value = json.loads((folder / name).read_text())
+    value.update(fields)
+    for key in [key for key, field in fields.items() if field is None]:
+      del value[key]
+    (folder / name).write_text(json.dumps(value))
+  return change
+
+
+def _edit_weights(change):
+  """A change of model.safetensors' tensors (a dict of NumPy arrays, changed in place)."""
+  def edit(folder):
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    change(tensors)
+    save_file(tensors, str(folder / "model.safetensors"))
+  return edit
 
 
 def write(name, content):
@@ -304,6 +340,40 @@ ROWS = {
         message="error: --vocab_size=64 is too small for {d}/model/spm.joint.model: "
                 "SentencePiece keeps 272 pieces whole (the text's characters, the special "
                 "pieces, the 256 bytes of --spm_byte_fallback); give --vocab_size=272 or more"),
+    # ------------------------------------------------------------------ import_marian
+    "not a Marian model": import_marian(
+        _edit_json("config.json", model_type="bart"),
+        message="error: {d}/marian/config.json: model_type 'bart' is not 'marian'"),
+    "a Marian model of pre-norm layers": import_marian(
+        _edit_json("config.json", normalize_before=True),
+        message="error: {d}/marian/config.json: an architecture this project cannot hold: "
+                "normalize_before=true (pre-norm layers)"),
+    "a Marian folder without source.spm": import_marian(
+        lambda folder: (folder / "source.spm").unlink(),
+        message="error: {d}/marian/source.spm: no such file (a Marian model folder holds "
+                "config.json, model.safetensors, source.spm, target.spm, vocab.json)"),
+    "a Marian folder without vocab.json": import_marian(
+        lambda folder: (folder / "vocab.json").unlink(),
+        message="error: {d}/marian/vocab.json: no such file (a Marian model folder holds "
+                "config.json, model.safetensors, source.spm, target.spm, vocab.json)"),
+    "a Marian vocabulary of another size than the config's": import_marian(
+        _edit_json("vocab.json", **{"<unk>": None}),
+        message="error: {d}/marian/vocab.json: 201 pieces, not config.json's vocab_size 202 "
+                "(or ids that are not 0..201)"),
+    "Marian weights of another vocabulary size": import_marian(
+        _edit_weights(lambda tensors: tensors.update(
+            {"model.shared.weight": tensors["model.shared.weight"][:-1]})),
+        message="error: {d}/marian/model.safetensors: model.shared.weight has shape [201, 32], "
+                "not [202, 32]"),
+    "a tensor missing from the Marian weights": import_marian(
+        _edit_weights(lambda tensors: tensors.pop("model.decoder.layers.1.fc2.bias")),
+        message="error: {d}/marian/model.safetensors: no tensor model.decoder.layers.1.fc2.bias"),
+    "Marian weights in pytorch_model.bin only": import_marian(
+        lambda folder: (folder / "model.safetensors").rename(folder / "pytorch_model.bin"),
+        message="error: {d}/marian: holds pytorch_model.bin only; convert it to "
+                "model.safetensors first, e.g. with transformers: "
+                "MarianMTModel.from_pretrained(folder).save_pretrained(folder, "
+                "safe_serialization=True)"),
 }
 
 

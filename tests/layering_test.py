@@ -16,7 +16,7 @@ LAYERS = (
     ("tf_transformer.config", "tf_transformer.layers", "tf_transformer.model",
      "tf_transformer.model_dir", "tf_transformer.runtime"),
     ("tf_transformer.decoding",),
-    ("tf_transformer.checkpoints", "tf_transformer.length_batching"),
+    ("tf_transformer.checkpoints", "tf_transformer.length_batching", "tf_transformer.marian"),
     ("tf_transformer.serving",),
     ("tf_transformer.training",),
     ("tf_transformer.inference", "tf_transformer.loading", "tf_transformer"),

@@ -74,6 +74,11 @@ def copy_vocabulary(init_from: str, model_dir: str, data_config):
   """Copies OLD's subword model(s) into the new model directory, where the data pipeline then
   reuses them instead of training its own (only when they are not there yet)."""
   c = data_config
+  table = os.path.join(init_from, tokenizer.PIECE_TABLE_FILE)  # an imported model's
+  new_table = os.path.join(model_dir, tokenizer.PIECE_TABLE_FILE)
+  if tf.io.gfile.exists(table) and not tf.io.gfile.exists(new_table):
+    with files.atomic_path(new_table) as temporary:
+      tf.io.gfile.copy(table, temporary)
   old_paths = tokenizer.vocabulary_paths(init_from, c.shared_vocab, c.src_lang, c.tgt_lang)
   new_paths = tokenizer.vocabulary_paths(model_dir, c.shared_vocab, c.src_lang, c.tgt_lang)
   for old, new in zip(old_paths, new_paths):
