@@ -158,6 +158,13 @@ class Vocabulary:
                       self.pieces)
 
 
+def pieces(tokenizer) -> tuple[str, ...]:
+  """A tokenizer's pieces (a tf-text SentencePiece tokenizer or a PieceTableTokenizer), in id
+  order."""
+  ids = tf.range(tokenizer.vocab_size())
+  return tuple(piece.decode("utf-8") for piece in tokenizer.id_to_string(ids).numpy())
+
+
 def _load(model_path: str, pieces: tuple[str, ...], alpha: float = 0.0, nbest_size: int = -1):
   """load_tokenizer's tokenizer, or with `pieces` a PieceTableTokenizer of the model."""
   if not pieces:

@@ -6,18 +6,11 @@ import dataclasses
 import os
 import shutil
 
-import tensorflow as tf
-
 from common import files
+from data_pipeline import tokenizer
 from export import register_exporter
 from export.ct2_spec import transformer_spec
 from tf_transformer.checkpoints import load_for_inference
-
-
-def _pieces(tokenizer) -> list[str]:
-  """A tf-text SentencePiece tokenizer's pieces, in id order."""
-  ids = tf.range(tokenizer.vocab_size())
-  return [piece.decode("utf-8") for piece in tokenizer.id_to_string(ids).numpy()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +41,8 @@ def save(model, vocabulary, output_dir: str, quantization: str = "float32") -> s
   as the CTranslate2 folder `output_dir`, replacing it; returns `output_dir`."""
   from ctranslate2.converters.converter import Converter
 
-  spec = transformer_spec(model, _pieces(vocabulary.source), _pieces(vocabulary.target))
+  spec = transformer_spec(model, list(tokenizer.pieces(vocabulary.source)),
+                          list(tokenizer.pieces(vocabulary.target)))
 
   class _SpecConverter(Converter):
     def _load(self):

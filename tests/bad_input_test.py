@@ -340,6 +340,10 @@ ROWS = {
         message="error: --vocab_size=64 is too small for {d}/model/spm.joint.model: "
                 "SentencePiece keeps 272 pieces whole (the text's characters, the special "
                 "pieces, the 256 bytes of --spm_byte_fallback); give --vocab_size=272 or more"),
+    "--update_vocab without --init_from": train(
+        "--update_vocab",
+        message="error: --update_vocab needs --init_from (the model whose weights the new "
+                "vocabulary takes over)"),
     # ------------------------------------------------------------------ import_marian
     "not a Marian model": import_marian(
         _edit_json("config.json", model_type="bart"),

@@ -1,7 +1,8 @@
 """A run that starts from another model's weights (`init_from=OLD`): fine-tuning.
 
-The new run keeps OLD's architecture and subword model(s): the vocabulary cannot change under
-trained embeddings, so the new data is read with OLD's pieces. It starts its own step count,
+The new run keeps OLD's architecture and subword model(s), so the new data is read with OLD's
+pieces; or, with a vocabulary update (`update_vocab`), it trains subword models of its own on
+the new data and maps OLD's embeddings onto them (`remap_rows`). It starts its own step count,
 optimizer moments and learning-rate schedule (from step 0: a warm-up to the peak, then the
 inverse square root), and records where it started in `init.json`. Once the new model directory
 has a checkpoint, a rerun resumes it and never reads OLD again.
@@ -10,13 +11,16 @@ has a checkpoint, a rerun resumes it and never reads OLD again.
 import dataclasses
 import os
 
+import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from common import files
 from data_pipeline import tokenizer
 from tf_transformer import checkpoints
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.config import ConfigError, ModelConfig
+from tf_transformer.model import build_model
 
 INIT_FILE = "init.json"
 # the ModelConfig fields that shape the weights; the dropout rates and skip_padding may change
@@ -40,9 +44,11 @@ class Start:
   init_from: str
   checkpoint: str
   step: int
+  # with a vocabulary update: OLD's pieces, in id order, of the source and the target side
+  old_pieces: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
-def check_settings(init_from: str, given: dict, data_config):
+def check_settings(init_from: str, given: dict, data_config, update_vocab: bool = False):
   """Refuses a setting given for the new run that contradicts OLD's architecture or vocabulary.
 
   Args:
@@ -50,23 +56,26 @@ def check_settings(init_from: str, given: dict, data_config):
     given: {name: value} of the ARCHITECTURE and VOCABULARY settings the user gave for the new
       run (the tools: the flags set on the command line or in a flagfile).
     data_config: the new run's DataConfig.
+    update_vocab: the new run trains its own subword models (its own vocabulary settings, but
+      OLD's `shared_vocab`: one embedding matrix or two).
 
   Returns:
-    `data_config` with OLD's vocabulary settings.
+    `data_config` with OLD's vocabulary settings (with `update_vocab`, OLD's shared_vocab).
 
   Raises:
     ConfigError: naming the setting, its value and OLD's.
   """
   old_config = dataclasses.asdict(model_dir_lib.read_config(init_from))
   old_data = model_dir_lib.read_data(init_from)
+  vocabulary_names = ("shared_vocab",) if update_vocab else VOCABULARY
   recorded = {**{name: old_config[name] for name in ARCHITECTURE},
-              **{name: old_data[name] for name in VOCABULARY if name in old_data}}
+              **{name: old_data[name] for name in vocabulary_names if name in old_data}}
   for name, old_value in recorded.items():
     if name in given and given[name] != old_value:
       raise ConfigError(f"{{{name}}} contradicts the model of {{init_from}} ({name}="
                         f"{old_value}): fine-tuning keeps its architecture and vocabulary; "
                         "drop it", **{name: given[name], "init_from": init_from})
-  vocabulary = {name: value for name, value in recorded.items() if name in VOCABULARY}
+  vocabulary = {name: value for name, value in recorded.items() if name in vocabulary_names}
   return dataclasses.replace(data_config, **vocabulary)
 
 
@@ -113,27 +122,85 @@ def origin(model_dir: str, init_from: str | None) -> str | None:
   return None
 
 
-def model_config(origin_dir: str, settings: dict) -> ModelConfig:
+def model_config(origin_dir: str, settings: dict, vocabulary=None) -> ModelConfig:
   """`origin_dir`'s architecture with the new run's dropout rates and skip_padding, from
-  `settings` ({ModelConfig field: value}; the architecture's fields in it are not read)."""
+  `settings` ({ModelConfig field: value}; the architecture's fields in it are not read), and
+  with a vocabulary update the sizes of the new `vocabulary` (a tokenizer.Vocabulary)."""
   changeable = {field.name: settings[field.name] for field in dataclasses.fields(ModelConfig)
                 if field.name not in ARCHITECTURE and field.name in settings}
+  if vocabulary is not None:
+    changeable.update(source_vocab_size=vocabulary.source_size,
+                      target_vocab_size=vocabulary.target_size)
   return dataclasses.replace(model_dir_lib.read_config(origin_dir), **changeable)
 
 
-def start(init_from: str, checkpoint: str, model_dir: str, record: bool = True) -> Start:
+def start(init_from: str, checkpoint: str, model_dir: str, record: bool = True,
+          update_vocab: bool = False, src_lang: str = "", tgt_lang: str = "") -> Start:
   """The weights a first run in `model_dir` starts from: OLD's at
   `checkpoint` (checkpoints.choose_checkpoint's choices), recorded in model_dir/init.json
-  when `record` (the chief worker)."""
+  when `record` (the chief worker); with `update_vocab`, OLD's pieces too (of its subword
+  models for `src_lang` and `tgt_lang`)."""
   path = checkpoints.choose_checkpoint(init_from, checkpoint)
-  result = Start(init_from, path, checkpoints.checkpoint_step(path))
+  old_pieces = None
+  if update_vocab:
+    old_config = model_dir_lib.read_config(init_from)
+    vocabulary = tokenizer.load_vocabulary(*tokenizer.vocabulary_paths(
+        init_from, old_config.shared_vocab, src_lang, tgt_lang))
+    old_pieces = (tokenizer.pieces(vocabulary.source), tokenizer.pieces(vocabulary.target))
+  result = Start(init_from, path, checkpoints.checkpoint_step(path), old_pieces)
   if record:
     model_dir_lib.write_json(os.path.join(model_dir, INIT_FILE),
-                             {"init_from": init_from, "checkpoint": path, "step": result.step})
+                             {"init_from": init_from, "checkpoint": path, "step": result.step,
+                              "update_vocab": update_vocab})
   return result
 
 
-def load_weights(model, start_point: Start):
+def remap_rows(old_rows, old_pieces, new_pieces):
+  """Rows of a new vocabulary from an old one's: a piece of both keeps its old row; a new piece
+  starts from the mean of the old rows (of the real pieces, the first four, PAD, UNK, BOS and
+  EOS, left out): the point of the embedding space a model has seen most of, where a new
+  piece's logit starts close to the others' and its embedding does not stand out.
+
+  Args:
+    old_rows: [old vocabulary, ...] (an embedding matrix or an output bias).
+    old_pieces, new_pieces: each vocabulary's pieces, in id order.
+
+  Returns:
+    (rows [new vocabulary, ...], how many pieces kept their rows).
+  """
+  old_rows = np.asarray(old_rows)
+  index = {piece: i for i, piece in enumerate(old_pieces)}
+  mean = old_rows[4:].mean(axis=0) if len(old_rows) > 4 else old_rows.mean(axis=0)
+  rows = np.stack([old_rows[index[piece]] if piece in index else mean
+                   for piece in new_pieces]).astype(old_rows.dtype)
+  return rows, sum(piece in index for piece in new_pieces)
+
+
+def load_weights(model, start_point: Start, vocabulary=None):
   """Restores OLD's model weights into `model` (built with `model_config(OLD, ...)`); the
-  optimizer, step and data position stay the new run's."""
-  checkpoints.restore(tf.train.Checkpoint(model=model), start_point.checkpoint, partial=True)
+  optimizer, step and data position stay the new run's. With a vocabulary update
+  (`start_point.old_pieces`; `model` of the new `vocabulary`'s sizes, a tokenizer.Vocabulary)
+  the embeddings and the output bias are `remap_rows` of OLD's onto the new pieces."""
+  if start_point.old_pieces is None:
+    checkpoints.restore(tf.train.Checkpoint(model=model), start_point.checkpoint,
+                        partial=True)
+    return
+  old_config = model_dir_lib.read_config(start_point.init_from)
+  old = build_model(dataclasses.replace(old_config, dropout_rate=0.0))
+  checkpoints.restore(tf.train.Checkpoint(model=old), start_point.checkpoint, partial=True)
+  old_source, old_target = start_point.old_pieces
+  new_source, new_target = (tokenizer.pieces(vocabulary.source),
+                            tokenizer.pieces(vocabulary.target))
+  by_piece = {id(model.target_embedding.embeddings), id(model.source_embedding.embeddings)}
+  if model.embedding_args["output_bias"]:
+    by_piece.add(id(model.target_embedding.output_bias))
+  for variable, old_variable in zip(model.weights, old.weights):
+    if id(variable) not in by_piece:  # of the same shape: the architecture is OLD's
+      variable.assign(old_variable)
+      continue
+    source_side = "source_embedding" in variable.path
+    rows, kept = remap_rows(old_variable.numpy(), old_source if source_side else old_target,
+                            new_source if source_side else new_target)
+    variable.assign(rows)
+    logging.info("%s: %d of %d pieces keep their rows; the other %d start from the mean",
+                 variable.path, kept, len(rows), len(rows) - kept)

@@ -125,7 +125,7 @@ def create_trainer(data, model_config, train_config, decode_config,
   else:
     checkpoint = tf.train.Checkpoint(**parts)
     if start is not None:
-      fine_tuning.load_weights(model, start)
+      fine_tuning.load_weights(model, start, data.vocabulary)
       logging.info("starting from the weights of %s (step %d of %s), with a new optimizer",
                    start.checkpoint, start.step, start.init_from)
   # attached after the restore, which then restores it if the checkpoint has it (an older

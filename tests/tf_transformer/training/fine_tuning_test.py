@@ -200,3 +200,79 @@ def test_every_architecture_and_vocabulary_flag_that_contradicts_init_from_is_re
   fine_tuning.check_settings(tiny_old_model,
                              _given(testutil.parse_flags("tiny", f"--{name}={old}")),
                              DataConfig())
+
+
+def test_remap_rows_keeps_the_shared_pieces_rows_and_starts_new_ones_at_the_mean():
+  old = np.arange(6 * 2, dtype=np.float32).reshape(6, 2)  # rows of <pad> <unk> <s> </s> a b
+  old_pieces = ["<pad>", "<unk>", "<s>", "</s>", "a", "b"]
+  new_pieces = ["<pad>", "<unk>", "<s>", "</s>", "c", "b", "d"]
+  rows, kept = fine_tuning.remap_rows(old, old_pieces, new_pieces)
+  mean = old[4:].mean(axis=0)  # of the real pieces: a and b
+  np.testing.assert_array_equal(rows, np.stack([old[0], old[1], old[2], old[3], mean, old[5],
+                                                mean]))
+  assert kept == 5
+  bias, _ = fine_tuning.remap_rows(np.array([0, 0, 0, 0, 1.0, 3.0]), old_pieces, new_pieces)
+  np.testing.assert_array_equal(bias, [0, 0, 0, 0, 2.0, 3.0, 2.0])
+
+
+def _greek_task(folder, prefix, lines, seed):
+  """write_word_task's reversal with every word written with an omega, a letter the reversal
+  model's vocabulary has no piece for: "ω3 ω11" -> "ω11 ω3"."""
+  pairs = testutil.write_word_task(folder, prefix, lines, seed)
+  pairs = [(source.replace("w", "ω"), target.replace("w", "ω")) for source, target in pairs]
+  testutil.write_corpus(folder, prefix, *zip(*pairs))
+  return pairs
+
+
+def test_a_vocabulary_update_keeps_shared_rows_and_learns_words_the_old_one_cannot_write(
+    reversal_model, tmp_path):
+  """--update_vocab: a new subword model trained on a new domain whose words the old vocabulary
+  reads as <unk>; the shared pieces (digits, the special ones) keep their rows, and after 150
+  steps the updated model writes the new words."""
+  import tf_transformer
+  from data_pipeline import tokenizer
+  from tf_transformer.model import build_model
+
+  old, _, _ = reversal_model
+  data = tmp_path / "greek"
+  data.mkdir()
+  _greek_task(data, "train", 400, seed=5)
+  dev = _greek_task(data, "val", 30, seed=6)
+  old_model, old_vocabulary, _ = checkpoints.load_for_inference(str(old), "src", "tgt")
+  unknown = old_vocabulary.source.tokenize(tf.constant(["ω3"])).to_list()[0]
+  assert 1 in unknown  # <unk>: the old vocabulary cannot write the new words
+  new = tmp_path / "updated"
+  result = train(data, new, f"--init_from={old}", "--update_vocab", "--train_steps=150",
+                 "--eval_every=150", "--save_every=150", "--warmup_steps=30",
+                 "--learning_rate=0.5")
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert json.loads((new / fine_tuning.INIT_FILE).read_text())["update_vocab"] is True
+
+  # the rows of the start, made again as the run made them
+  vocabulary = tokenizer.load_vocabulary(str(new / "spm.joint.model"),
+                                         str(new / "spm.joint.model"))
+  start = fine_tuning.start(str(old), "final", str(tmp_path / "unused"), record=False,
+                            update_vocab=True, src_lang="src", tgt_lang="tgt")
+  config = fine_tuning.model_config(str(old), {}, vocabulary)
+  model = build_model(config)
+  fine_tuning.load_weights(model, start, vocabulary)
+  old_rows = old_model.target_embedding.embeddings.numpy()
+  new_rows = model.target_embedding.embeddings.numpy()
+  old_ids = {piece: i for i, piece in enumerate(tokenizer.pieces(old_vocabulary.target))}
+  new_pieces = tokenizer.pieces(vocabulary.target)
+  shared = [(i, old_ids[piece]) for i, piece in enumerate(new_pieces) if piece in old_ids]
+  assert len(shared) >= 8 and any(piece in old_ids for piece in ("1", "\u25811"))
+  for new_id, old_id in shared:
+    np.testing.assert_array_equal(new_rows[new_id], old_rows[old_id])
+  fresh = [i for i, piece in enumerate(new_pieces) if piece not in old_ids]
+  assert fresh and any("ω" in new_pieces[i] for i in fresh)
+  for i in fresh:
+    np.testing.assert_allclose(new_rows[i], old_rows[4:].mean(axis=0), rtol=1e-6)
+  for old_w, new_w in zip(old_model.encoder.weights, model.encoder.weights):
+    np.testing.assert_array_equal(old_w.numpy(), new_w.numpy())
+
+  # the updated model writes the new words
+  translated = tf_transformer.load(str(new)).translate([source for source, _ in dev])
+  exact = np.mean([got == target for got, (_, target) in zip(translated, dev)])
+  print(f"dev reversed exactly: {exact:.2f}; e.g. {translated[:2]}")
+  assert exact >= 0.5, translated[:5]
