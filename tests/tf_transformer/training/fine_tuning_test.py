@@ -58,7 +58,8 @@ def test_a_run_starts_from_the_weights_of_init_from_with_a_fresh_optimizer(
   # the subword model is OLD's, byte for byte
   assert (new / "spm.joint.model").read_bytes() == (old / "spm.joint.model").read_bytes()
   assert json.loads((new / "init.json").read_text()) == {
-      "init_from": str(old), "checkpoint": str(old / "ckpt-300"), "step": 300}
+      "init_from": str(old), "checkpoint": str(old / "ckpt-300"), "step": 300,
+      "update_vocab": False}
   # Adam's moments after one step of a fresh optimizer: m = (1 - b1) g and v = (1 - b2) g^2,
   # so v = 2 m^2 (b1 0.9, b2 0.98); moments carried over from OLD's 300 steps would not be
   model_config = model_dir_lib.read_config(str(new))
