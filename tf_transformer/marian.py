@@ -41,10 +41,7 @@ class MarianError(UserError):
 
 @dataclasses.dataclass(frozen=True)
 class Ids:
-  """Marian's special ids and our id of each of its ids."""
-  pad: int
-  eos: int
-  unk: int
+  """Marian's decoder start id and our id of each of its ids."""
   decoder_start: int
   # ours[marian id]: our id of each Marian id
   ours: np.ndarray
@@ -127,7 +124,7 @@ def _ids(config: dict, vocab: dict, vocab_path: str) -> Ids:
   ours[others] = np.arange(len(others)) + 4
   for marian_id, our_id in special.items():
     ours[marian_id] = our_id
-  return Ids(pad, eos, unk, config.get("decoder_start_token_id", pad), ours)
+  return Ids(config.get("decoder_start_token_id", pad), ours)
 
 
 def model_config(config: dict, vocab_size: int) -> ModelConfig:
