@@ -23,6 +23,10 @@ EXPECTED = json.loads((FIXTURE / "expected.json").read_text())
 # ("</s>", "<unk>", "<pad>") in a text for that token (a literal "</s>" would end the source);
 # we read every text as its characters
 SPECIAL_SPELLINGS = ("</s>", "<unk>", "<pad>")
+# of the fixture's 202 target ids a sentence's search writes a quarter; its source pieces' 5
+# lexicon candidates each fit in it (with 20 each they outnumber it, and the rarer candidates,
+# capitalised first words, are left out: a shortlist this small needs a lexicon as small)
+_SHORTLIST_SIZE = 48
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +210,44 @@ def test_the_imported_model_fine_tunes_to_a_new_domain(imported, tmp_path):
   after = np.mean(tf_transformer.load(str(tuned)).score(dev_sources, dev_targets))
   print(f"dev log-probability per sentence: {before:.3f} imported, {after:.3f} fine-tuned")
   assert after > before + 1.0, (before, after)
+
+
+def test_its_saved_model_serves_with_a_shortlist_batching_and_terminology(imported, tmp_path):
+  """The export's other options on the imported model, in one export: bfloat16 weights, a
+  shortlist (its lexicon counted over pairs in the model's own pieces), in-graph batching.
+  serving_default writes transformers' greedy outputs; translate_constrained writes a word
+  each row asks for, and a row that asks for none as serving_default."""
+  model_dir, _ = imported
+  expected = EXPECTED["greedy"]
+  data = tmp_path / "data"
+  data.mkdir()
+  testutil.write_corpus(data, "train", expected["sources"] + EXPECTED["teacher_forced"]["sources"],
+                        expected["references"] + EXPECTED["teacher_forced"]["targets"])
+  result = testutil.run_cli(
+      "tf_transformer.bin.export_saved_model", f"--model_dir={model_dir}",
+      f"--export_dir={tmp_path / 'export'}", "--beam_size=1", "--max_decode_length=40",
+      "--precision=bfloat16", "--nodecode_jit", f"--shortlist_size={_SHORTLIST_SIZE}",
+      "--shortlist_per_source=5",
+      f"--data_dir={data}", "--src_lang=src", "--tgt_lang=tgt", "--batching",
+      "--batching_max_size=8")
+  assert result.returncode == 0, result.stderr[-3000:]
+  version = pathlib.Path(result.stdout.strip().splitlines()[-1])
+  settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
+  assert (settings["precision"], settings["shortlist_size"]) == ("bfloat16", _SHORTLIST_SIZE)
+  assert settings["batching"]["max_batch_size"] == 8
+  signatures = tf.saved_model.load(str(version)).signatures
+  sources = expected["sources"]
+  outputs = signatures["serving_default"](inputs=tf.constant(sources))["outputs"].numpy()
+  assert [text.decode() for text in outputs.reshape(-1)] == expected["outputs"]
+  # each even row asks for a target word its greedy output lacks; odd rows ask for nothing
+  words = sorted({word.strip(".?") for text in expected["references"] for word in text.split()})
+  terms = [next(word for word in words if word not in output.split()) if row % 2 == 0 else ""
+           for row, output in enumerate(expected["outputs"])]
+  constrained = signatures["translate_constrained"](
+      inputs=tf.constant(sources), constraints=tf.constant(terms))["outputs"].numpy()[:, 0]
+  for row, (term, text) in enumerate(zip(terms, constrained)):
+    text = text.decode()
+    if term:
+      assert term in text.replace(".", " ").replace("?", " ").split(), (row, term, text)
+    else:
+      assert text == expected["outputs"][row], (row, text)
