@@ -122,9 +122,10 @@ def test_greedy_and_beam_outputs_are_transformers(imported, loaded, kind, beam_s
   assert not differ, differ[:3]
 
 
-def test_the_python_api_and_the_cli_translate_strings_as_transformers_decodes(imported):
+def test_the_python_api_and_the_cli_translate_strings_as_transformers_decodes(imported,
+                                                                             tmp_path):
   """String in, string out: tokenization, search and detokenization against transformers'
-  batch_decode(skip_special_tokens=True) of its greedy outputs."""
+  batch_decode(skip_special_tokens=True) of its greedy outputs; evaluate scores them."""
   import tf_transformer
 
   model_dir, _ = imported
@@ -136,6 +137,19 @@ def test_the_python_api_and_the_cli_translate_strings_as_transformers_decodes(im
                             stdin="".join(line + "\n" for line in expected["sources"][:5]))
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.splitlines() == expected["outputs"][:5]
+  # evaluate: references transformers' outputs for 20 sentences, 10 others' for the last 10
+  src, ref = testutil.write_corpus(tmp_path, "dev", expected["sources"][:30],
+                                   expected["outputs"][:20] + expected["references"][20:30][::-1])
+  result = testutil.run_cli("tf_transformer.bin.evaluate", f"--model_dir={model_dir}",
+                            f"--src={src}", f"--ref={ref}", "--beam_size=1",
+                            "--max_decode_length=40", f"--output={tmp_path / 'hypotheses.txt'}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  import sacrebleu
+  hypotheses = (tmp_path / "hypotheses.txt").read_text().splitlines()
+  assert hypotheses[:20] == expected["outputs"][:20]
+  bleu = sacrebleu.corpus_bleu(hypotheses, [pathlib.Path(ref).read_text().splitlines()]).score
+  assert json.loads(result.stdout.strip().splitlines()[-1])["bleu"] == pytest.approx(bleu)
+  assert bleu < 100
 
 
 @pytest.mark.parametrize("flags", [("--precision=float32", "--nodecode_jit"),
