@@ -152,17 +152,14 @@ def test_the_python_api_and_the_cli_translate_strings_as_transformers_decodes(im
   assert bleu < 100
 
 
-@pytest.mark.parametrize("flags", [("--precision=float32", "--nodecode_jit"),
-                                   ("--precision=int8", "--decode_jit")],
-                         ids=["float32", "int8_xla"])
-def test_its_saved_model_translates_as_the_model_directory(imported, tmp_path, flags):
-  """float32 without XLA, and int8 XLA-compiled (the export's default search): every output
-  as transformers'."""
+def test_its_int8_xla_saved_model_translates_as_the_model_directory(imported, tmp_path):
+  """int8 weights, XLA-compiled (the export's default search): every output as
+  transformers'."""
   model_dir, _ = imported
   expected = EXPECTED["greedy"]
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", f"--model_dir={model_dir}",
                             f"--export_dir={tmp_path / 'export'}", "--beam_size=1",
-                            "--max_decode_length=40", *flags)
+                            "--max_decode_length=40", "--precision=int8", "--decode_jit")
   assert result.returncode == 0, result.stderr[-3000:]
   version = pathlib.Path(result.stdout.strip().splitlines()[-1])
   outputs = tf.saved_model.load(str(version)).signatures["serving_default"](
@@ -227,10 +224,10 @@ def test_the_imported_model_fine_tunes_to_a_new_domain(imported, tmp_path):
 
 
 def test_its_saved_model_serves_with_a_shortlist_batching_and_terminology(imported, tmp_path):
-  """The export's other options on the imported model, in one export: bfloat16 weights, a
-  shortlist (its lexicon counted over pairs in the model's own pieces), in-graph batching.
-  serving_default writes transformers' greedy outputs; translate_constrained writes a word
-  each row asks for, and a row that asks for none as serving_default."""
+  """float32 weights, a graph search (--nodecode_jit), a shortlist (its lexicon counted over
+  pairs in the model's own pieces) and in-graph batching, in one export: serving_default writes
+  transformers' greedy outputs; translate_constrained writes a word each row asks for, and a
+  row that asks for none as serving_default."""
   model_dir, _ = imported
   expected = EXPECTED["greedy"]
   data = tmp_path / "data"
@@ -240,14 +237,14 @@ def test_its_saved_model_serves_with_a_shortlist_batching_and_terminology(import
   result = testutil.run_cli(
       "tf_transformer.bin.export_saved_model", f"--model_dir={model_dir}",
       f"--export_dir={tmp_path / 'export'}", "--beam_size=1", "--max_decode_length=40",
-      "--precision=bfloat16", "--nodecode_jit", f"--shortlist_size={_SHORTLIST_SIZE}",
+      "--precision=float32", "--nodecode_jit", f"--shortlist_size={_SHORTLIST_SIZE}",
       "--shortlist_per_source=5",
       f"--data_dir={data}", "--src_lang=src", "--tgt_lang=tgt", "--batching",
       "--batching_max_size=8")
   assert result.returncode == 0, result.stderr[-3000:]
   version = pathlib.Path(result.stdout.strip().splitlines()[-1])
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
-  assert (settings["precision"], settings["shortlist_size"]) == ("bfloat16", _SHORTLIST_SIZE)
+  assert (settings["precision"], settings["shortlist_size"]) == ("float32", _SHORTLIST_SIZE)
   assert settings["batching"]["max_batch_size"] == 8
   signatures = tf.saved_model.load(str(version)).signatures
   sources = expected["sources"]
