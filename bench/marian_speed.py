@@ -30,6 +30,8 @@ import sys
 
 from absl import app, flags
 
+from bench.peers.marian_base import peak_rss_mib
+
 flags.DEFINE_string("workdir", "/tmp/tf_transformer_marian_bench",
                     "The Marian folder, its conversions, imports and exports.")
 flags.DEFINE_string("data", os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
@@ -53,16 +55,6 @@ FLAGS = flags.FLAGS
 
 _PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "marian_base.py")
 _EXPORTS = {"saved_model": ("float32", False), "saved_model_int8_shortlist": ("int8", True)}
-
-
-def _peak_rss_mib():
-  """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
-  process that started it)."""
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith("VmHWM:"):
-        return int(line.split()[1]) / 1024
-
 
 
 def _lines(path, limit=None):
@@ -142,7 +134,7 @@ def _time_saved_model():
   run_pass()
   seconds = time.perf_counter() - start
   print(json.dumps({"pass_s": [seconds], "tgt_tok_per_s": len(texts) * FLAGS.length / seconds,
-                    "peak_rss_mib": _peak_rss_mib()}))
+                    "peak_rss_mib": peak_rss_mib()}))
 
 
 def _cpu():

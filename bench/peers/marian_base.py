@@ -32,7 +32,7 @@ VOCABULARY_SIZE = 58101  # Helsinki-NLP/opus-mt-en-de's
 PIECES_EACH = 8000
 
 
-def _peak_rss_mib():
+def peak_rss_mib():
   """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
   process that started it)."""
   with open("/proc/self/status") as f:
@@ -162,7 +162,7 @@ def time_system(args):
   median = statistics.median(times)
   print(json.dumps({"system": args.system, "pass_s": times, "sent_per_s": len(texts) / median,
                     "tgt_tok_per_s": len(texts) * args.length / median,
-                    "peak_rss_mib": _peak_rss_mib(),
+                    "peak_rss_mib": peak_rss_mib(),
                     **versions}))
 
 
