@@ -126,6 +126,8 @@ def test_the_python_api_and_the_cli_translate_strings_as_transformers_decodes(im
                                                                              tmp_path):
   """String in, string out: tokenization, search and detokenization against transformers'
   batch_decode(skip_special_tokens=True) of its greedy outputs; evaluate scores them."""
+  import sacrebleu
+
   import tf_transformer
 
   model_dir, _ = imported
@@ -144,7 +146,6 @@ def test_the_python_api_and_the_cli_translate_strings_as_transformers_decodes(im
                             f"--src={src}", f"--ref={ref}", "--beam_size=1",
                             "--max_decode_length=40", f"--output={tmp_path / 'hypotheses.txt'}")
   assert result.returncode == 0, result.stderr[-3000:]
-  import sacrebleu
   hypotheses = (tmp_path / "hypotheses.txt").read_text().splitlines()
   assert hypotheses[:20] == expected["outputs"][:20]
   bleu = sacrebleu.corpus_bleu(hypotheses, [pathlib.Path(ref).read_text().splitlines()]).score
