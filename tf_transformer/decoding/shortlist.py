@@ -36,6 +36,29 @@ def _marked(ids, mask, value: int, vocab_size: int):
                                   tf.where(tf.reshape(mask, tf.shape(ids)), value, 0))
 
 
+def _ranks_that_fit(candidates, rank, real, fixed, room):
+  """int32 [B]: for each sentence, the most ranks r (1 <= r <= k) such that the distinct ids
+  among its source pieces' candidates of rank below r fit in its `room` (int32 [B]) places; 1
+  when even the best ones do not (the most frequent of them go in).
+
+  candidates, rank: int32 [B, S, k], each candidate and its rank among its source piece's;
+  real: bool [B, S, k], false at padding; fixed: int32 [vocab_size], nonzero at the ids placed
+  by their own tier (EOS, PAD, BOS), which take no room here.
+  """
+  batch, k, vocab_size = tf.shape(candidates)[0], candidates.shape[-1], fixed.shape[0]
+  ids = tf.reshape(candidates, [batch, -1])
+  rows = tf.broadcast_to(tf.range(batch)[:, tf.newaxis], tf.shape(ids))
+  best = tf.tensor_scatter_nd_min(  # each id's best rank in the sentence, k: none
+      tf.fill([batch, vocab_size], k), tf.stack([rows, ids], axis=-1),
+      tf.reshape(tf.where(real, rank, k), [batch, -1]))  # -> [B, vocab_size]
+  best = tf.where(tf.equal(fixed, 0), best, k)
+  rows = tf.broadcast_to(tf.range(batch)[:, tf.newaxis], tf.shape(best))
+  per_rank = tf.tensor_scatter_nd_add(tf.zeros([batch, k + 1], tf.int32),
+                                      tf.stack([rows, best], axis=-1), tf.ones_like(best))
+  fits = tf.cumsum(per_rank[:, :k], axis=1) <= room[:, tf.newaxis]  # -> [B, k]
+  return tf.maximum(tf.reduce_sum(tf.cast(fits, tf.int32), axis=1), 1)
+
+
 def select(table, order, source_ids, size, forced_ids=None):
   """Each sentence's shortlist: its `size` target ids of highest tier, the more frequent first
   within a tier.
@@ -44,6 +67,11 @@ def select(table, order, source_ids, size, forced_ids=None):
   of its source pieces (PAD excluded), then the most frequent target pieces; PAD and BOS,
   which no output contains, only when every other id is in. No sort: each id's place follows
   from cumulative sums over `order`.
+
+  When a sentence's candidates outnumber its shortlist, each source piece brings only its
+  best r candidates, r as large as lets them all in (at least 1): a rare source word keeps its
+  translation instead of losing it to the frequent candidates of the others. Otherwise every
+  candidate is in.
 
   Args:
     table: int32 [source_vocab_size, k], each source id's lexicon candidates (Lexicon.table).
@@ -61,11 +89,17 @@ def select(table, order, source_ids, size, forced_ids=None):
   candidates = tf.gather(table, source_ids)  # -> [B, S, k]
   real = tf.broadcast_to(tf.not_equal(source_ids, PAD_ID)[:, :, tf.newaxis],
                          tf.shape(candidates))
-  tier = _marked(candidates, real, LEXICAL, vocab_size)
-  if forced_ids is not None:
-    tier += _marked(forced_ids, tf.not_equal(forced_ids, PAD_ID), FORCED, vocab_size)
   fixed = tf.tensor_scatter_nd_update(tf.zeros([vocab_size], tf.int32),
                                       [[EOS_ID], [PAD_ID], [BOS_ID]], [END, -1, -1])
+  room = tf.fill([batch], size - 1)  # all but EOS
+  if forced_ids is not None:
+    forced = tf.not_equal(forced_ids, PAD_ID)
+    room -= tf.reduce_sum(tf.cast(forced, tf.int32), axis=1)
+  rank = tf.broadcast_to(tf.range(table.shape[1]), tf.shape(candidates))  # -> [B, S, k]
+  kept = rank < _ranks_that_fit(candidates, rank, real, fixed, room)[:, tf.newaxis, tf.newaxis]
+  tier = _marked(candidates, real & kept, LEXICAL, vocab_size)
+  if forced_ids is not None:
+    tier += _marked(forced_ids, forced, FORCED, vocab_size)
   tier = tf.where(tf.equal(fixed, 0), tier, fixed)  # -> [B, vocab_size]
   order = tf.convert_to_tensor(order)
   tier_in_order = tf.gather(tier, order, axis=1)

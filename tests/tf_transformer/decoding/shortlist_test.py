@@ -30,7 +30,9 @@ SOURCES = tf.constant([[4, 5, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
     # EOS; the lexical candidates (6, 9, 10 of 4 and 5; 9, 10 of 4), most frequent first; then
     # by frequency
     (6, [[EOS_ID, 6, 9, 10, 4, 5], [EOS_ID, 9, 10, 4, 5, 6]]),
-    (2, [[EOS_ID, 6], [EOS_ID, 9]]),
+    # room for one beside EOS: each source piece's best candidate (9 of 4, 10 of 5), the more
+    # frequent first
+    (2, [[EOS_ID, 9], [EOS_ID, 9]]),
     # the whole vocabulary: PAD and BOS last, UNK (1) before them
     (TARGET_VOCAB, [[EOS_ID, 6, 9, 10, 4, 5, 7, 8, 11, 1, PAD_ID, BOS_ID],
                     [EOS_ID, 9, 10, 4, 5, 6, 7, 8, 11, 1, PAD_ID, BOS_ID]]),
@@ -40,6 +42,20 @@ def test_eos_then_lexical_candidates_then_frequent_pieces(size, expected):
   ids = shortlist.select(table, order, SOURCES, size)
   assert ids.dtype == tf.int32
   assert ids.numpy().tolist() == expected
+
+
+def test_each_source_pieces_best_candidates_go_in_before_any_pieces_next():
+  """4 5 6 has four candidates: the best of each piece (9 of 4, 10 of 5, 7 of 6) and 5's second,
+  6. With room for three beside EOS, each piece keeps its best; by frequency alone, 6 would
+  have pushed out 10. With room for four, every candidate is in."""
+  table, order = lexicon()
+  sentence = tf.constant([[4, 5, 6]])
+  assert shortlist.select(table, order, sentence, 4).numpy().tolist() == [[EOS_ID, 7, 9, 10]]
+  assert shortlist.select(table, order, sentence, 5).numpy().tolist() == [[EOS_ID, 6, 7, 9, 10]]
+  # forced pieces take room first: one forced piece leaves room for the best ones only
+  forced = tf.constant([[8]])
+  assert shortlist.select(table, order, sentence, 5, forced_ids=forced).numpy().tolist() == [
+      [EOS_ID, 8, 7, 9, 10]]
 
 
 def test_a_sentences_shortlist_does_not_depend_on_its_batch():
