@@ -1,11 +1,26 @@
 """Fixtures shared by several test files."""
 
+import atexit
 import json
+import os
 import pathlib
 import shutil
+import tempfile
 
 from tf_transformer.bin import cli
 
+# One XLA compilation cache for the whole run, new and empty at its start, that every process
+# of the run (pytest-xdist's workers, the tools they fork or start) reads and writes: the
+# tiny models' searches compile the same programs in many processes (a --batching export's
+# load alone compiles 54). Made by the first process to load this file (pytest-xdist's
+# controller), whose environment the workers inherit; it removes it at exit.
+_XLA_CACHE = "TF_TRANSFORMER_TEST_XLA_CACHE"
+if _XLA_CACHE not in os.environ:
+  os.environ[_XLA_CACHE] = tempfile.mkdtemp(prefix="tf_transformer_xla_cache_")
+  atexit.register(shutil.rmtree, os.environ[_XLA_CACHE], ignore_errors=True)
+  os.environ["TF_XLA_FLAGS"] = " ".join(
+      [os.environ.get("TF_XLA_FLAGS", ""),
+       f"--tf_xla_persistent_cache_directory={os.environ[_XLA_CACHE]}"]).strip()
 cli.set_tensorflow_environment()  # before TensorFlow loads, as in the tools
 
 import keras  # noqa: E402

@@ -73,6 +73,17 @@ def write_tgz(path, members):
       tar.addfile(info, io.BytesIO(data))
 
 
+def xla_dump_env(dump) -> dict:
+  """This process's environment with XLA writing every module it compiles into `dump`, and
+  without the run's compilation cache (tests/conftest.py): a program another process compiled
+  is compiled again, so the dump counts this process's compilations."""
+  env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}")
+  flags = [flag for flag in env.get("TF_XLA_FLAGS", "").split()
+           if not flag.startswith("--tf_xla_persistent_cache_directory=")]
+  env["TF_XLA_FLAGS"] = " ".join(flags)
+  return env
+
+
 def run_cli(module, *args, stdin=None, env=None, timeout=300, fresh=False):
   """Runs `python -m module args` in the repository root; returns the CompletedProcess. The
   process is forked with TensorFlow already loaded (tests/forked.py) unless `fresh` or `env`

@@ -197,7 +197,7 @@ def test_every_batch_size_is_compiled_at_load_and_requests_compile_nothing(expor
   after the export's load: their merged batches run at the ladder's widths, compiled at load,
   or (prefixes or constraints too wide, more rows than a batch) uncompiled."""
   dump = tmp_path / "xla"
-  env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
+  env = testutil.xla_dump_env(dump)
   # one piece a word, 1 to 40 words (the limit is 20 pieces): source widths 16 and 32
   words = ["aa", "bb", "cc", "dd", "ee"]
   texts = [" ".join(words[i % 5] for i in range(count)) for count in (1, 3, 12, 20, 28, 40)]

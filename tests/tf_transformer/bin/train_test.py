@@ -238,7 +238,7 @@ def test_xla_compiles_exactly_once_per_bucket(tmp_path):
       "tf_transformer.train", *train_args(tmp_path, tmp_path / "model", "--train_steps=80",
                                           "--max_length=16", "--jit_compile", "--noskip_padding",
                                           "--eval_every=1000", "--save_every=1000"),
-      env=dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}"))
+      env=testutil.xla_dump_env(dump))
   assert result.returncode == 0, result.stderr
   compilations = list(dump.glob("module_*gradients_of*.before_optimizations.txt"))
   shapes = [line for line in result.stderr.splitlines() if "XLA: train step compiled" in line]
