@@ -34,6 +34,7 @@ REAL_DOMAINS = {
     "ema_decay": (_in_unit_interval, "in [0, 1) (0: no moving average)"),
     "learning_rate": (_finite_and(lambda value: value > 0.0), "a finite number > 0"),
     "clip_norm": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
+    "rdrop_alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
     "train_minutes": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0 (0: off)"),
     "alpha": (_finite_and(lambda value: value >= 0.0), "a finite number >= 0"),
     "subword_alpha": (_finite_and(lambda value: 0.0 <= value <= 1.0), "in [0, 1] (0: off)"),
@@ -265,6 +266,7 @@ class TrainConfig(_Checked):
   warmup_steps: int = 4000
   learning_rate: float = 1.0
   label_smoothing: float = 0.1
+  rdrop_alpha: float = 0.0
   clip_norm: float = 0.0
   eval_every: int = 1000
   save_every: int = 1000

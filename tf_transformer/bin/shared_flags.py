@@ -135,6 +135,11 @@ _integer("warmup_steps", 4000, "Noam schedule warm-up steps.")
 flags.DEFINE_float("learning_rate", 1.0, "Multiplier of the Noam schedule (its peak is "
                    "learning_rate * (d_model * warmup_steps)^-0.5).")
 flags.DEFINE_float("label_smoothing", 0.1, "Label smoothing epsilon.")
+flags.DEFINE_float("rdrop_alpha", 0.0,
+                   "R-Drop (Liang et al., 2021): each batch passes twice through the model, "
+                   "under dropout masks of its own, and this weight times the symmetric KL "
+                   "divergence of the two passes' token distributions joins their "
+                   "cross-entropies (a step costs about twice as much). 0: off.")
 flags.DEFINE_float("clip_norm", 0.0, "Clip gradients to this global norm (0: off).")
 _integer("eval_every", 1000, "Steps between dev evaluations.")
 _integer("save_every", 1000, "Steps between checkpoints.")

@@ -139,7 +139,7 @@ def create_trainer(data, model_config, train_config, decode_config,
         tf.train.Checkpoint(model=model), os.path.join(write_dir, checkpoints.EMA_DIR), 1,
         checkpoint_name="ckpt")
   train_step = make_train_step(model, optimizer, strategy, c.label_smoothing, c.update_freq,
-                               c.jit_compile, c.clip_norm)
+                               c.jit_compile, c.clip_norm, c.rdrop_alpha)
   return Trainer(model, optimizer, train_step, checkpoint.iterator, manager, evaluator,
                  writers["train"], c, write_dir, clock, is_chief, ema_manager)
 

@@ -65,8 +65,10 @@ def _scales_loss(optimizer) -> bool:
   return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
-def _gradients_fn(model, optimizer, variables, label_smoothing: float, jit_compile: bool):
-  """The replica's forward and backward pass over one batch, XLA-compiled with `jit_compile`.
+def _gradients_fn(model, optimizer, variables, label_smoothing: float, jit_compile: bool,
+                  rdrop_alpha: float = 0.0):
+  """The replica's forward and backward pass over one batch, XLA-compiled with `jit_compile`
+  (R-Drop's two passes with `rdrop_alpha` > 0, `losses.batch_statistics`).
 
   Returns:
     fn(batch, loss_weight=1.0) -> (gradients, stats). `batch`: (source_ids, target_input_ids,
@@ -80,7 +82,7 @@ def _gradients_fn(model, optimizer, variables, label_smoothing: float, jit_compi
   def gradients_of(batch, loss_weight=1.0):
     """The gradients of loss_weight * the batch's summed loss, and its statistics."""
     with tf.GradientTape() as tape:
-      stats = losses.batch_statistics(model, batch, label_smoothing)
+      stats = losses.batch_statistics(model, batch, label_smoothing, rdrop_alpha=rdrop_alpha)
       loss = stats["loss"] * loss_weight
       loss = optimizer.scale_loss(loss) if scales_loss else loss
     return tape.gradient(loss, variables), stats
@@ -198,7 +200,7 @@ def _accumulators(strategy, variables):
 
 
 def _accumulating_step(strategy, optimizer, variables, gradients_of, local_replicas: int,
-                       clip_norm: float, update_freq: int):
+                       clip_norm: float, update_freq: int, statistics: tuple):
   """The compiled step of `update_freq` > 1 batches per worker, one update.
 
   Each replica sums its gradients (dense, shaped as `variables`) and its target tokens (a
@@ -207,6 +209,7 @@ def _accumulating_step(strategy, optimizer, variables, gradients_of, local_repli
   Args:
     gradients_of: from `_gradients_fn`.
     local_replicas: the replicas of this worker, which share its batches.
+    statistics: the names of the statistics `gradients_of` returns.
 
   Returns:
     The `make_train_step` fn(iterator) -> dict of float32 scalars, "shapes" int32
@@ -234,7 +237,7 @@ def _accumulating_step(strategy, optimizer, variables, gradients_of, local_repli
 
   @tf.function
   def train_step(iterator):
-    totals = dict.fromkeys(("loss", "nll", "correct", "tokens"), tf.constant(0.0))
+    totals = dict.fromkeys(statistics, tf.constant(0.0))
     shapes = tf.TensorArray(tf.int32, size=update_freq)
     for i in tf.range(update_freq):
       batch = next(iterator)
@@ -251,7 +254,7 @@ def _accumulating_step(strategy, optimizer, variables, gradients_of, local_repli
 
 
 def make_train_step(model, optimizer, strategy, label_smoothing: float, update_freq: int = 1,
-                    jit_compile: bool = False, clip_norm: float = 0.0):
+                    jit_compile: bool = False, clip_norm: float = 0.0, rdrop_alpha: float = 0.0):
   """The compiled training step: `update_freq` batches per worker, one optimizer update.
 
   The gradient is that of the summed loss of the step's batches on every replica, divided by
@@ -259,7 +262,8 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
   the tokens are split over replicas or micro-batches. With `clip_norm`, that gradient (the
   sum over replicas, not each replica's part) is scaled down to this global norm when it is
   longer. With `jit_compile`, each replica's forward and backward pass is XLA-compiled (one
-  compilation per batch shape).
+  compilation per batch shape). With `rdrop_alpha` > 0 the loss is R-Drop's
+  (`losses.batch_statistics`): each batch passes twice, under dropout masks of its own.
 
   A step whose loss or gradient holds a NaN or Inf applies no update: the weights, the
   optimizer's moments and its step count stay as they were. (Under mixed_float16 the
@@ -274,15 +278,17 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
     (label-smoothed), "nll", "correct" and "tokens" (real target tokens of the step);
     "finite", 1.0 if the update was applied, 0.0 if it was not finite and skipped;
     "grad_norm", the global norm of the step's gradient before clipping; "clipped", 1.0 if
-    clipping shortened it; and "shapes": int32 [update_freq, 2], the (rows, length) of each
-    batch read. `iterator` yields (source_ids, target_input_ids, target_ids) int32
+    clipping shortened it; "rdrop_kl" with R-Drop, the summed symmetric KL divergence of the
+    two passes; and "shapes": int32 [update_freq, 2], the (rows, length) of each batch read. `iterator` yields (source_ids, target_input_ids, target_ids) int32
     [batch, length].
   """
   variables = model.trainable_variables
   local_replicas = strategy.num_replicas_in_sync // worker_info(strategy)[0]
-  gradients_of = _gradients_fn(model, optimizer, variables, label_smoothing, jit_compile)
+  gradients_of = _gradients_fn(model, optimizer, variables, label_smoothing, jit_compile,
+                               rdrop_alpha)
   if update_freq == 1:
     return _single_batch_step(strategy, optimizer, variables, gradients_of, local_replicas,
                               clip_norm)
+  statistics = ("loss", "nll", "correct", "tokens") + (("rdrop_kl",) if rdrop_alpha > 0 else ())
   return _accumulating_step(strategy, optimizer, variables, gradients_of, local_replicas,
-                            clip_norm, update_freq)
+                            clip_norm, update_freq, statistics)

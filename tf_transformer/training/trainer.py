@@ -79,7 +79,8 @@ class _Window:
 
   def __init__(self):
     self.sums = dict.fromkeys(("loss", "nll", "correct", "tokens", "clipped", "steps",
-                               "grad_norm", "norm_steps"), 0.0)
+                               "grad_norm", "norm_steps", "rdrop_kl"), 0.0)
+    self.rdrop = False
     self.restart_clock()
 
   def restart_clock(self):
@@ -88,6 +89,9 @@ class _Window:
   def add(self, stats: dict):
     for key in ("loss", "nll", "correct", "tokens", "clipped"):
       self.sums[key] += float(stats[key])
+    if "rdrop_kl" in stats:
+      self.rdrop = True
+      self.sums["rdrop_kl"] += float(stats["rdrop_kl"])
     self.sums["steps"] += 1
     norm = float(stats["grad_norm"])
     if math.isfinite(norm):  # not under mixed_float16 while the loss scale overflows
@@ -96,7 +100,8 @@ class _Window:
 
   def scalars(self, learning_rate: float) -> dict:
     """Token-averaged loss, accuracy and perplexity, the learning rate, tokens/s, the mean
-    gradient norm (before clipping) and the fraction of steps that clipping shortened."""
+    gradient norm (before clipping) and the fraction of steps that clipping shortened; with
+    R-Drop, the token-averaged symmetric KL divergence of the two passes ("rdrop_kl")."""
     tokens = max(self.sums["tokens"], 1.0)
     steps = max(self.sums["steps"], 1.0)
     norm_steps = max(self.sums["norm_steps"], 1.0)
@@ -105,7 +110,8 @@ class _Window:
             "learning_rate": learning_rate,
             "tokens_per_sec": self.sums["tokens"] / (time.perf_counter() - self.start),
             "grad_norm": self.sums["grad_norm"] / norm_steps,
-            "clip_fraction": self.sums["clipped"] / steps}
+            "clip_fraction": self.sums["clipped"] / steps,
+            **({"rdrop_kl": self.sums["rdrop_kl"] / tokens} if self.rdrop else {})}
 
 
 @dataclasses.dataclass

@@ -124,6 +124,25 @@ def test_interrupt_saves_once_and_rerun_resumes_exactly(tmp_path):
     np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
+def test_an_rdrop_run_resumes_bit_for_bit_and_shows_its_divergence(tmp_path):
+  """--rdrop_alpha with --deterministic: a run stopped at step 2 and resumed to step 4 ends
+  with the weights of a run of 4 steps, bit for bit, and TensorBoard's train/ figures hold the
+  divergence of the two passes (dropout on: above 0)."""
+  write_corpus(tmp_path)
+  flags = ("--rdrop_alpha=2", "--dropout_rate=0.3", "--deterministic", "--save_every=2")
+  for steps in (2, 4):
+    result = train(tmp_path, tmp_path / "model", f"--train_steps={steps}", *flags)
+    assert result.returncode == 0, result.stderr
+  assert "resumed from" in result.stderr
+  reference = train(tmp_path, tmp_path / "reference", "--train_steps=4", *flags)
+  assert reference.returncode == 0, reference.stderr
+  resumed = final_weights(tmp_path / "model" / "ckpt-4")
+  for name, value in final_weights(tmp_path / "reference" / "ckpt-4").items():
+    np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+  [(step, divergence)] = summaries(tmp_path / "reference" / "train")["rdrop_kl"]
+  assert step == 4 and divergence > 0
+
+
 def test_corrupt_checkpoint_is_one_line_error(tmp_path):
   write_corpus(tmp_path)
   assert train(tmp_path, tmp_path / "model", "--train_steps=2").returncode == 0

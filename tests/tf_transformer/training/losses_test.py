@@ -137,3 +137,92 @@ def test_fused_projection_and_loss_match_float64_reference(eps, num_tokens, chun
     np.testing.assert_allclose(d_bias.numpy(), d_logits.sum(axis=0), atol=1e-5)
   else:
     assert d_bias is None
+
+
+def _rdrop_reference(hidden, kernel, output_bias, labels, eps, alpha):
+  """float64 R-Drop sums of two passes (hidden [2N, d]: rows [:N] and [N:]) over N tokens:
+  (loss, nll, correct, rdrop_kl), the loss being (CE_a + CE_b) / 2 + alpha / 2 * (KL_ab +
+  KL_ba) / 2 summed over the tokens."""
+  count = len(labels)
+  logits = hidden @ kernel + output_bias
+  log_p = testutil.log_softmax(logits)
+  (loss_a, nll_a), (loss_b, nll_b) = (_reference(logits[rows], labels, eps)
+                                      for rows in (slice(0, count), slice(count, None)))
+  log_a, log_b = log_p[:count], log_p[count:]
+  divergence = 0.5 * ((np.exp(log_a) - np.exp(log_b)) * (log_a - log_b)).sum()
+  correct = sum((np.argmax(logits[rows], axis=-1) == labels).sum()
+                for rows in (slice(0, count), slice(count, None)))
+  return (0.5 * (loss_a.sum() + loss_b.sum()) + 0.5 * alpha * divergence,
+          0.5 * (nll_a.sum() + nll_b.sum()), 0.5 * correct, divergence)
+
+
+def _numeric_gradient(fn, values, step=1e-6):
+  """Central differences of the float64 scalar fn(values) towards each array of `values`."""
+  gradients = []
+  for index, value in enumerate(values):
+    gradient = np.zeros_like(value)
+    for position in np.ndindex(value.shape):
+      shifted = [v.copy() for v in values]
+      shifted[index][position] += step
+      up = fn(*shifted)
+      shifted[index][position] -= 2 * step
+      gradient[position] = (up - fn(*shifted)) / (2 * step)
+    gradients.append(gradient)
+  return gradients
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("num_tokens,chunk_tokens", [(7, 3), (7, 7), (0, 3)])
+def test_rdrop_statistics_and_gradients_match_float64_reference(fused, num_tokens, chunk_tokens):
+  """R-Drop's sums over two passes (chunks of 3 leave a partial last chunk; 0 tokens is a
+  replica with an empty share) and their gradients, fused (`projected_rdrop_statistics`) and
+  unfused (`symmetric_kl` under autodiff), equal a float64 reference and its numeric
+  gradient."""
+  rng = np.random.default_rng(3)
+  eps, alpha, scale = 0.1, 3.0, 2.5
+  hidden = rng.normal(size=(2 * num_tokens, 4))
+  hidden[num_tokens:] += 0.3 * rng.normal(size=(num_tokens, 4))  # a pass of other dropout
+  kernel = rng.normal(size=(4, 9))
+  output_bias = rng.normal(size=9)
+  labels = rng.integers(0, 9, size=num_tokens).astype(np.int32)
+
+  @tf.function
+  def run(h, k, b):
+    with tf.GradientTape() as tape:
+      tape.watch([h, k, b])
+      if fused:
+        stats = losses.projected_rdrop_statistics(h, k, tf.constant(labels), eps, alpha,
+                                                  chunk_tokens, output_bias=b)
+      else:
+        logits = tf.matmul(h, k) + b
+        halves = (logits[:num_tokens], logits[num_tokens:])
+        stats = losses.rdrop_statistics(
+            *(losses.token_statistics(half, labels, eps) for half in halves),
+            tf.reduce_sum(losses.symmetric_kl(*halves)), alpha)
+      objective = scale * stats["loss"] + 3.0 * stats["nll"] + 5.0 * stats["rdrop_kl"]
+    return stats, tape.gradient(objective, [h, k, b])
+
+  stats, gradients = run(*(tf.constant(value, tf.float32)
+                           for value in (hidden, kernel, output_bias)))
+  loss, nll, correct, divergence = _rdrop_reference(hidden, kernel, output_bias, labels, eps,
+                                                    alpha)
+  np.testing.assert_allclose(float(stats["loss"]), loss, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(float(stats["nll"]), nll, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(float(stats["rdrop_kl"]), divergence, rtol=1e-5, atol=1e-6)
+  assert float(stats["correct"]) == correct and float(stats["tokens"]) == num_tokens
+  # only "loss" has a gradient: the others are statistics
+  expected = _numeric_gradient(
+      lambda h, k, b: scale * _rdrop_reference(h, k, b, labels, eps, alpha)[0],
+      [hidden, kernel, output_bias])
+  for got, want in zip(gradients, expected):
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-4)
+
+
+def test_rdrop_divergence_is_zero_between_equal_passes_and_stable_for_large_logits():
+  same = tf.constant(LOGITS * 1000.0, tf.float32)
+  np.testing.assert_array_equal(losses.symmetric_kl(same, same).numpy(), 0.0)
+  other = tf.constant(LOGITS[::-1] * 1000.0, tf.float32)
+  assert np.isfinite(losses.symmetric_kl(same, other).numpy()).all()
+  hidden = tf.concat([same, other], axis=0)
+  stats = losses.projected_rdrop_statistics(hidden, tf.eye(4), tf.constant(LABELS), 0.1, 1.0)
+  assert all(np.isfinite(float(value)) for value in stats.values()), stats

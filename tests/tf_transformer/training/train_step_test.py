@@ -33,11 +33,13 @@ def make_batch(seed, rows, length):
   return tuple(t.numpy() for t in add_decoder_inputs(tf.constant(source), tf.constant(target)))
 
 
-def train(batches, update_freq=1, steps=3, jit_compile=False, dtype=None):
+def train(batches, update_freq=1, steps=3, jit_compile=False, dtype=None, rdrop_alpha=None,
+          model_config=MODEL):
   """Weights after `steps` updates on the endless cycle of `batches`, and the last stats. XLA
-  needs static shapes: under `jit_compile` the model computes padded rows too."""
+  needs static shapes: under `jit_compile` the model computes padded rows too. rdrop_alpha None:
+  make_train_step's default."""
   keras.utils.set_random_seed(0)
-  config = dataclasses.replace(MODEL, skip_padding=not jit_compile)
+  config = dataclasses.replace(model_config, skip_padding=not jit_compile)
   model = Transformer(**config.__dict__, dtype=dtype)
   optimizer = make_optimizer(MODEL, TrainConfig(model_dir="", warmup_steps=4))
   optimizer.build(model.trainable_variables)
@@ -45,8 +47,9 @@ def train(batches, update_freq=1, steps=3, jit_compile=False, dtype=None):
   for batch in batches[1:]:
     dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
   iterator = iter(dataset.repeat())
+  rdrop = {} if rdrop_alpha is None else {"rdrop_alpha": rdrop_alpha}
   step = make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1,
-                                 update_freq, jit_compile)
+                                 update_freq, jit_compile, **rdrop)
   stats = None
   for _ in range(steps):
     stats = step(iterator)
@@ -113,6 +116,73 @@ def test_xla_compiled_step_equals_the_graph_step():
     np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
+def test_rdrop_off_passes_each_batch_once_and_trains_bit_for_bit_as_before(monkeypatch):
+  """--rdrop_alpha=0 (the default): the model sees each batch once, and the weights are those
+  of a step built without the argument, bit for bit (dropout on); R-Drop's passes are one batch
+  of twice the rows."""
+  rows = []
+  encode_rows = Transformer.encode_rows
+
+  def recording(self, source_ids, **kwargs):
+    rows.append(source_ids.shape[0])
+    return encode_rows(self, source_ids, **kwargs)
+
+  monkeypatch.setattr(Transformer, "encode_rows", recording)
+  with_dropout = dataclasses.replace(MODEL, dropout_rate=0.3)
+  batches = [make_batch(1, 3, 7)]
+  before, before_stats = train(batches, model_config=with_dropout)
+  assert set(rows) == {3} and "rdrop_kl" not in before_stats
+  rows.clear()
+  off, _ = train(batches, rdrop_alpha=0.0, model_config=with_dropout)
+  assert set(rows) == {3}
+  for got, expected in zip(off, before):
+    np.testing.assert_array_equal(got, expected)
+  rows.clear()
+  train(batches, rdrop_alpha=1.0, model_config=with_dropout)
+  assert set(rows) == {6}
+
+
+def test_rdrop_passes_see_dropout_masks_of_their_own():
+  """Under dropout the two passes' distributions differ (a divergence > 0); without it they
+  are the same model on the same batch: no divergence, and the statistics and training of one
+  pass."""
+  batches = [make_batch(2, 4, 9)]
+  _, stats = train(batches, steps=1, rdrop_alpha=1.0,
+                   model_config=dataclasses.replace(MODEL, dropout_rate=0.3))
+  assert float(stats["rdrop_kl"]) > 1e-3 * float(stats["tokens"])
+  weights, stats = train(batches, rdrop_alpha=1.0)
+  plain_weights, plain_stats = train(batches)
+  assert float(stats["rdrop_kl"]) == pytest.approx(0.0, abs=1e-6)
+  for key in plain_stats:
+    if key != "shapes":
+      np.testing.assert_allclose(float(stats[key]), float(plain_stats[key]), rtol=1e-5)
+  for got, expected in zip(weights, plain_weights):
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_rdrop_accumulated_xla_and_reduced_precision_steps():
+  """R-Drop under gradient accumulation (the sums of one big batch), XLA's static shapes (the
+  unfused loss: the graph step's), mixed bfloat16 (finite) and loss-scaled float16."""
+  a, b = make_batch(1, 3, 7), make_batch(2, 2, 7)
+  accumulated, stats = train([a, b], update_freq=2, rdrop_alpha=2.0)
+  big, big_stats = train([concat(a, b)], rdrop_alpha=2.0)
+  for key in ("loss", "nll", "tokens", "rdrop_kl"):
+    np.testing.assert_allclose(float(stats[key]), float(big_stats[key]), rtol=1e-5, atol=1e-6)
+  for got, expected in zip(accumulated, big):
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+  compiled, _ = train([a], jit_compile=True, rdrop_alpha=2.0)
+  graph, _ = train([a], rdrop_alpha=2.0)
+  # (seen: 1.3e-4 at most, Adam's normalisation of near-zero gradient entries summed in other
+  # orders; a wrong loss moves weights by about the learning rate, 3e-2 at step 1)
+  for got, expected in zip(compiled, graph):
+    np.testing.assert_allclose(got, expected, atol=5e-4)
+  with_dropout = dataclasses.replace(MODEL, dropout_rate=0.3)
+  for dtype in ("mixed_bfloat16", "mixed_float16"):
+    weights, stats = train([a], dtype=dtype, rdrop_alpha=2.0, model_config=with_dropout)
+    assert np.isfinite(float(stats["loss"])) and float(stats["rdrop_kl"]) > 0, dtype
+    assert all(np.isfinite(w).all() for w in weights), dtype
+
+
 def test_mixed_bfloat16_step_is_finite_and_float32_where_it_counts():
   keras.utils.set_random_seed(0)
   model = Transformer(**MODEL.__dict__, dtype="mixed_bfloat16")
@@ -162,7 +232,7 @@ batches = [tuple(saved[f"{i}_{j}"] for j in range(3)) for i in range(len(saved.f
 mirrored = set_up_runtime(TrainConfig(model_dir="", distribution="mirrored", num_cpu_devices=2))
 assert mirrored.num_replicas_in_sync == 2
 
-def run(strategy, batches, steps, clip_norm):
+def run(strategy, batches, steps, clip_norm, rdrop_alpha):
   with strategy.scope():
     keras.utils.set_random_seed(0)
     model = Transformer(**MODEL.__dict__)
@@ -172,7 +242,8 @@ def run(strategy, batches, steps, clip_norm):
   for batch in batches[1:]:
     dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
   iterator = iter(dataset.repeat())
-  step = make_train_step(model, optimizer, strategy, 0.1, clip_norm=clip_norm)
+  step = make_train_step(model, optimizer, strategy, 0.1, clip_norm=clip_norm,
+                         rdrop_alpha=rdrop_alpha)
   stats = [step(iterator) for _ in range(steps)]
   losses = [float(s["loss"]) for s in stats]
   norms = [float(s["grad_norm"]) for s in stats]
@@ -184,17 +255,22 @@ def run(strategy, batches, steps, clip_norm):
   assert len(momentums) == len(model.trainable_variables)
   return [w.numpy() for w in model.weights], momentums, losses, norms, clipped
 
-# clipped at every step: the norm of the replicas' sum decides, not each replica's part
-single = run(tf.distribute.get_strategy(), batches, 3, 0.05)
-mirrored = run(mirrored, batches, 3, 0.05)
+# clipped at every step: the norm of the replicas' sum decides, not each replica's part;
+# without and with R-Drop (its divergence is 0 with the model's dropout off, its two passes
+# split over the replicas as the batch's rows)
 difference = lambda a, b: max(float(np.abs(x - y).max()) for x, y in zip(a, b))
-print(json.dumps({
-    "max_weight_diff": difference(single[0], mirrored[0]),
-    "max_momentum_diff": difference(single[1], mirrored[1]),
-    "max_momentum": max(float(np.abs(m).max()) for m in single[1]),
-    "single_losses": single[2], "mirrored_losses": mirrored[2],
-    "single_norms": single[3], "mirrored_norms": mirrored[3],
-    "single_clipped": single[4], "mirrored_clipped": mirrored[4]}))
+reports = []
+for rdrop_alpha in (0.0, 1.5):
+  single = run(tf.distribute.get_strategy(), batches, 3, 0.05, rdrop_alpha)
+  replicated = run(mirrored, batches, 3, 0.05, rdrop_alpha)
+  reports.append({
+      "max_weight_diff": difference(single[0], replicated[0]),
+      "max_momentum_diff": difference(single[1], replicated[1]),
+      "max_momentum": max(float(np.abs(m).max()) for m in single[1]),
+      "single_losses": single[2], "mirrored_losses": replicated[2],
+      "single_norms": single[3], "mirrored_norms": replicated[3],
+      "single_clipped": single[4], "mirrored_clipped": replicated[4]})
+print(json.dumps(reports))
 """
 
 
@@ -207,15 +283,17 @@ def test_mirrored_step_equals_single_device_step(tmp_path):
   result = testutil.run_python(_MIRRORED, json.dumps(MODEL.__dict__),
                                str(tmp_path / "batches.npz"))
   assert result.returncode == 0, result.stderr
-  report = json.loads(result.stdout.strip().splitlines()[-1])
-  assert report["max_momentum_diff"] < 1e-4 * report["max_momentum"]  # float32 sums
-  # the product's Adam on the Noam schedule: each weight moves by at most ~lr a step
-  assert report["max_weight_diff"] < 1e-3
-  # the summed loss of each batch does not depend on how its rows split over replicas
-  np.testing.assert_allclose(report["mirrored_losses"], report["single_losses"], rtol=1e-5)
-  assert all(np.isfinite(report["mirrored_losses"]))
-  np.testing.assert_allclose(report["mirrored_norms"], report["single_norms"], rtol=1e-4)
-  assert report["single_clipped"] == report["mirrored_clipped"] == [1.0, 1.0, 1.0]
+  reports = json.loads(result.stdout.strip().splitlines()[-1])
+  assert len(reports) == 2  # without and with R-Drop
+  for report in reports:
+    assert report["max_momentum_diff"] < 1e-4 * report["max_momentum"]  # float32 sums
+    # the product's Adam on the Noam schedule: each weight moves by at most ~lr a step
+    assert report["max_weight_diff"] < 1e-3
+    # the summed loss of each batch does not depend on how its rows split over replicas
+    np.testing.assert_allclose(report["mirrored_losses"], report["single_losses"], rtol=1e-5)
+    assert all(np.isfinite(report["mirrored_losses"]))
+    np.testing.assert_allclose(report["mirrored_norms"], report["single_norms"], rtol=1e-4)
+    assert report["single_clipped"] == report["mirrored_clipped"] == [1.0, 1.0, 1.0]
 
 
 def _overflowing_model_and_batches(update_freq=1, ema_decay=0.0):
