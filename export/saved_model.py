@@ -11,7 +11,7 @@ from export import register_exporter
 from tf_transformer import model_dir as model_dir_lib
 from tf_transformer.checkpoints import load_ensemble_for_inference, load_for_inference
 from tf_transformer.config import BatchingConfig, DataConfig, DecodeConfig
-from tf_transformer.serving import export_format
+from tf_transformer.serving import export_format, signatures
 from tf_transformer.serving.translator import Translator
 
 
@@ -29,6 +29,7 @@ class Options:
     data_config: the training data the shortlist's lexicon is counted over.
     ensemble_weights: an ensemble's member weights (default: equal).
     batching: config.BatchingConfig of in-graph batching, or None.
+    signatures: the names of the signatures to serve (serving/signatures.py); empty: all.
   """
   src_lang: str
   tgt_lang: str
@@ -40,6 +41,7 @@ class Options:
   data_config: DataConfig | None = None
   ensemble_weights: tuple = ()
   batching: BatchingConfig | None = None
+  signatures: tuple = ()
 
 
 @register_exporter("saved_model")
@@ -58,6 +60,10 @@ def export(model_dir, export_dir: str, options: Options) -> str:
   `ensemble_weights` (one each; default: equal): the SavedModel holds every member's weights
   and runs one search over them; its version is the next free number.
 
+  With `signatures`, the SavedModel serves those only (and has their warm-up requests): it
+  saves, loads and takes memory in proportion (Python's loader rebuilds the functions of every
+  signature). `load()` then answers what they answer, and refuses the rest in one line.
+
   With `batching` (config.BatchingConfig) the signatures of serving.signatures.BATCHED merge
   concurrent requests in-graph, and their warm-up requests have each of its allowed batch
   sizes of rows (serving/warmup.py), so that the merged searches are compiled at load.
@@ -67,8 +73,10 @@ def export(model_dir, export_dir: str, options: Options) -> str:
 
   Raises:
     ModelDirError: the model directory, its vocabulary or its checkpoint is unusable.
+    ValueError: a name of `signatures` is no signature of the contract.
     CorpusError: a shortlist's training data is missing.
   """
+  names = signatures.chosen(options.signatures)
   src_lang, tgt_lang, checkpoint = options.src_lang, options.tgt_lang, options.checkpoint
   shortlist_size, shortlist_per_source = options.shortlist_size, options.shortlist_per_source
   precision, batching = options.precision, options.batching
@@ -100,8 +108,9 @@ def export(model_dir, export_dir: str, options: Options) -> str:
               "src_lang": src_lang, "tgt_lang": trained_into, "precision": precision,
               "shortlist_size": shortlist_size,
               "shortlist_per_source": shortlist_per_source if shortlist_size else 0,
-              "batching": dataclasses.asdict(batching) if batching else None, **members}
-  path = export_format.save_version(module, module.signatures(), export_dir,
+              "batching": dataclasses.asdict(batching) if batching else None,
+              "signatures": list(names), **members}
+  path = export_format.save_version(module, module.signatures(names), export_dir,
                                     export_format.next_version(export_dir, step), settings,
                                     batching)
   export_format.write_batching_parameters(export_dir, module.max_batch_size)

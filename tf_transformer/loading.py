@@ -112,28 +112,34 @@ def load_saved_model(saved_model: str, tgt_lang: str | None = None) -> Translati
   counted as words (`count_words`: the subword models are in-graph). A multilingual model's
   default language is `tgt_lang` (see `_chosen_language`).
 
-  An older export without a signature (`score`, `align`, `translate_prefix`) fails so only when
-  that function is called."""
+  An export without a signature (an older one, or one of some signatures only) fails so only
+  when a function that needs it is called."""
   if not tf.io.gfile.exists(os.path.join(saved_model, "saved_model.pb")):
     raise ModelDirError(f"{saved_model}: no saved_model.pb (give a version folder such as "
                         "exports/<name>/<version>)")
   try:
     loaded = tf.saved_model.load(saved_model)
-    loaded.signatures[signatures.NBEST]  # pylint: disable=pointless-statement
+    if not set(loaded.signatures) & set(signatures.NAMES):
+      raise KeyError(f"none of the signatures {', '.join(signatures.NAMES)}")
   except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
     reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
     raise ModelDirError(f"{saved_model}: cannot load this SavedModel ({reason})") from None
 
+  recorded = export_format.read_settings(saved_model)
+
   def signature(name):
     """The signature `name`; the closure keeps `loaded`, whose variables it uses, alive."""
     if name not in loaded.signatures:
+      if recorded.get("signatures"):
+        raise ModelDirError(f"{saved_model}: exported with the signatures "
+                            f"{', '.join(recorded['signatures'])} only, not '{name}' (export "
+                            "the model again with it)")
       raise ModelDirError(f"{saved_model}: no '{name}' signature (an older export; export the "
                           "model again)")
     return loaded.signatures[name]
 
   functions = InferenceFunctions.of(
       lambda name: lambda *args: signatures.call(signature(name), name, *args), count_words)
-  recorded = export_format.read_settings(saved_model)
   if recorded.get("batching"):
     warmup.replay_warmup_requests(saved_model, loaded)
   languages = target_languages(recorded.get("tgt_lang") or tgt_lang or "de")

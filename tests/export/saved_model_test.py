@@ -63,7 +63,7 @@ def test_tf_serving_layout_and_versions(model_dir, exported):
   model, _, _ = checkpoints.load_for_inference(str(model_dir), "en", "de")
   weights = sum(v.numpy().nbytes for v in model.variables if v.dtype == "float32")
   assert _variable_bytes(version)["float32"] == weights  # each saved once
-  result = export(model_dir, exported)  # a plain path into the same folder
+  result = export(model_dir, exported, "--signatures=serving_default")  # a plain path, here
   assert result.returncode == 0, result.stderr
   # the step is taken: next free number; the batching parameters, unchanged, stay
   assert sorted(os.listdir(exported)) == ["1", "2", "batching_parameters.txt"]
@@ -487,7 +487,7 @@ def test_a_relative_position_model_exports_and_translates_as_its_model_directory
   flags = ("--beam_size=2", "--max_length=10", "--extra_decode_length=5")
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
                             f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'export'}",
-                            *flags)
+                            "--signatures=translate_nbest,score", *flags)
   assert result.returncode == 0, result.stderr
   version = result.stdout.strip().splitlines()[-1]
   sources = ["aa bb cc dd", "ee ff", "gg hh ii jj kk ll mm"]

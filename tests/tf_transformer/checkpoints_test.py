@@ -158,7 +158,7 @@ def test_translate_and_export_load_the_checkpoint_named(checkpoints_dir, tmp_pat
   export = ("tf_transformer.bin.export_saved_model", "--flagfile=flags/tiny.cfg",
             f"--model_dir={folder}",
             f"--export_dir={tmp_path}", f"--checkpoint={folder}/ckpt-300", "--beam_size=2",
-            "--nodecode_jit")
+            "--nodecode_jit", "--signatures=serving_default")
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     runs = [pool.submit(_translate, folder), pool.submit(_translate, folder, "--checkpoint=latest"),
             pool.submit(testutil.run_cli, *export)]

@@ -11,7 +11,8 @@ dir may be any TensorFlow file system path (gs://...). The search is XLA-compile
 --shortlist_size=N has every search write only N target pieces of each sentence's own,
 chosen from a lexicon counted over the training data of the data flags (docs/serving.md).
 --batching merges the requests of concurrent callers into one search in-graph, in any runtime
-that loads the export (docs/serving.md, "Concurrent requests").
+that loads the export (docs/serving.md, "Concurrent requests"). --signatures=serving_default,score
+serves those only: a smaller export that saves, loads and serves in less time and memory.
 """
 
 from absl import flags
@@ -69,6 +70,11 @@ _define_batching_setting("max_enqueued_batches",
                          "the batches that may wait for a thread; beyond them a request fails "
                          "at once instead of queueing.")
 
+flags.DEFINE_list("signatures", [],
+                  "Serve only these signatures, comma-separated (default: all those of "
+                  "docs/serving.md). Each one left out saves its tracing at export, and its "
+                  "functions' time and memory at load.")
+
 FLAGS = flags.FLAGS
 _BATCHING_SETTINGS = tuple(cli.FLAG_OF_FIELD.values())
 
@@ -101,6 +107,7 @@ def main(argv):
   cli.start(argv)
   import export
   from export import saved_model
+  from tf_transformer.serving import signatures
 
   members, weights = shared_flags.ensemble_from_flags()
   if not (members or FLAGS.model_dir):
@@ -108,11 +115,15 @@ def main(argv):
                     "ensemble)")
   data_config = shared_flags.data_config_from_flags() if FLAGS.shortlist_size else None
   batching = batching_config_from_flags()
+  try:
+    names = signatures.chosen(tuple(FLAGS.signatures))
+  except ValueError as e:
+    raise FlagError(f"--signatures={','.join(FLAGS.signatures)}: {e}") from None
   options = saved_model.Options(
       FLAGS.src_lang, FLAGS.tgt_lang, shared_flags.decode_config_from_flags(for_export=True),
       FLAGS.checkpoint,
       FLAGS.precision, FLAGS.shortlist_size, FLAGS.shortlist_per_source, data_config,
-      tuple(weights), batching)
+      tuple(weights), batching, names)
   print(export.exporter("saved_model")(members or FLAGS.model_dir, FLAGS.export_dir, options))
 
 

@@ -58,10 +58,11 @@ class Signature:
     batched: concurrent requests merge into one search under in-graph batching. Not `align`:
       its outputs are as wide as the longest input of the batch, so a merged batch would widen
       a caller's.
-    compiles: (of the batched) its searches compile every XLA program the batched signatures
-      run: the others run the same searches (a forced prefix of the narrowest bucket runs the
-      program of none) or none that is compiled (`score`), so warming these at every batch
-      size warms all.
+    search: the search it runs ("beam", "constrained", "sample"; "" for `score`): signatures
+      of one search run its XLA programs (a forced prefix of the narrowest bucket runs the
+      program of none).
+    compiles: (of the batched) the one of its search whose warm-ups run at every batch size
+      (`compiling`): warming it warms every program the others of its search run.
   """
   name: str
   method: str
@@ -69,6 +70,7 @@ class Signature:
   outputs: tuple
   note: str = ""
   batched: bool = True
+  search: str = ""
   compiles: bool = False
 
   @property
@@ -95,21 +97,22 @@ _NBEST = (Tensor("outputs", tf.string, "[None, beam]"),
 
 SIGNATURES = (
     Signature("serving_default", "serve", (_INPUTS,), _BEST, "the best translation",
-              compiles=True),
+              search="beam", compiles=True),
     Signature("translate_nbest", "translate_nbest", (_INPUTS,), _NBEST,
-              "the beam's outputs, best first"),
+              "the beam's outputs, best first", search="beam"),
     Signature("translate_prefix", "translate_prefix", (_INPUTS, _PREFIX), _NBEST,
-              "each output begins with its prefix"),
+              "each output begins with its prefix", search="beam"),
     Signature("translate_constrained", "translate_constrained", (_INPUTS, _CONSTRAINTS),
               _NBEST, "each output contains each tab-separated phrase of its `constraints` row "
-              "and none written with a leading `!`", compiles=True),
+              "and none written with a leading `!`", search="constrained", compiles=True),
     Signature("translate_constrained_prefix", "translate_constrained_prefix",
               (_INPUTS, _CONSTRAINTS, _PREFIX), _NBEST,
-              "as `translate_constrained`, each output beginning with its prefix"),
+              "as `translate_constrained`, each output beginning with its prefix",
+              search="constrained"),
     Signature("sample", "sample", (_INPUTS, _SEED), _BEST, "one random sample a row",
-              compiles=True),
+              search="sample", compiles=True),
     Signature("sample_prefix", "sample_prefix", (_INPUTS, _PREFIX, _SEED), _BEST,
-              "as `sample`, each output beginning with its prefix"),
+              "as `sample`, each output beginning with its prefix", search="sample"),
     Signature("score", "score",
               (Tensor("source", tf.string, bound=_ROW_TEXT, side="source"),
                Tensor("target", tf.string, bound=_ROW_TEXT, side="target")),
@@ -119,16 +122,41 @@ SIGNATURES = (
                Tensor("target_tokens", tf.string, "[None, T]"),
                Tensor("attention", tf.float32, "[None, T, S]"), CUT),
               "the subword pieces read and written (`</s>` included, `\"\"` as padding) and "
-              "the last decoder layer's attention between them", batched=False),
+              "the last decoder layer's attention between them", batched=False, search="beam"),
 )
 
 BY_NAME = {signature.name: signature for signature in SIGNATURES}
-# The signature every export has had since the first: what load() checks an export by, and
-# whose outputs' width is the beam of an export without decoding.json
+# The signature every export had before --signatures: its outputs' width is the beam of an
+# (older) export without decoding.json
 NBEST = "translate_nbest"
 NAMES = tuple(BY_NAME)
 BATCHED = tuple(signature.name for signature in SIGNATURES if signature.batched)
 COMPILING = tuple(signature.name for signature in SIGNATURES if signature.compiles)
+
+
+def compiling(names) -> tuple:
+  """Of an export's signatures `names`, the batched ones whose warm-ups run at every allowed
+  batch size: for each search, its signature of COMPILING, or without it the first of `names`
+  that runs that search (an export of some signatures only)."""
+  chosen = {}
+  for signature in SIGNATURES:
+    if signature.name in names and signature.batched and signature.search:
+      if signature.search not in chosen or signature.compiles:
+        chosen[signature.search] = signature.name
+  return tuple(chosen.values())
+
+
+def chosen(names) -> tuple:
+  """The contract's names among `names` (an export's choice; empty: all), in the contract's
+  order.
+
+  Raises:
+    ValueError: a name that is no signature of the contract, named with the valid ones.
+  """
+  unknown = [name for name in names if name not in BY_NAME]
+  if unknown:
+    raise ValueError(f"no signature {', '.join(unknown)} (the signatures: {', '.join(NAMES)})")
+  return tuple(name for name in NAMES if name in names) if names else NAMES
 
 
 def call(function, name: str, *args) -> dict:

@@ -19,7 +19,7 @@ from tf_transformer.decoding import ensemble
 from tf_transformer.layers import precisions
 from tf_transformer.serving import (bounded_text, chunks, constraint_requests, request_batching,
                                     searches, xla_shapes)
-from tf_transformer.serving.signatures import CUT, SIGNATURES
+from tf_transformer.serving.signatures import BY_NAME, CUT, SIGNATURES, chosen
 
 def _rows(strings):
   """`strings` checked at run time to be [B]: a SavedModel signature does not check the
@@ -394,7 +394,8 @@ class Translator(tf.Module):
     """int32 [B, L] -> string [B, L]: each id's subword piece, "" at PAD_ID."""
     return tf.where(tf.equal(ids, PAD_ID), "", tokenizer.id_to_string(ids))
 
-  def signatures(self) -> dict:
-    """{signature name: concrete function}: what a SavedModel of this module serves."""
-    return {signature.name: getattr(self, signature.method).get_concrete_function()
-            for signature in SIGNATURES}
+  def signatures(self, names=()) -> dict:
+    """{signature name: concrete function}: what a SavedModel of this module serves, the
+    signatures `names` (signatures.chosen: empty, all of them)."""
+    return {name: getattr(self, BY_NAME[name].method).get_concrete_function()
+            for name in chosen(names)}

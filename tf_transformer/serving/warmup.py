@@ -41,7 +41,7 @@ def _warmup_batches(names, batching,
                     buckets=None) -> list[tuple[str, list[str]]]:
   """(signature name, texts) of each warm-up request: WARMUP_BATCH_SIZES rows of the cycled
   WARMUP_INPUTS for each signature. With `batching` (config.BatchingConfig) instead, for each
-  of signatures.COMPILING, each allowed batch size of rows, all one text, for one text
+  of signatures.compiling(names), each allowed batch size of rows, all one text, for one text
   of each source bucket among those of `buckets` ({text: Translator.source_bucket(text)}, one
   for each width of the export's ladder, xla_shapes.width_ladder): its merged searches run at
   those sizes, and a batch is padded to the ladder's width of its widest text, so every merge
@@ -54,9 +54,9 @@ def _warmup_batches(names, batching,
   "": the narrow constrained search (xla_shapes.constraint_width); the wide one compiles at
   a batch size the first time a request of wider constraints runs there, not at load, where at
   base dims it would add a third to the programs and their memory mappings (docs/serving.md)."""
-  requests = []
+  requests, compiling = [], signatures.compiling(names)
   for name in names:
-    if batching and name in signatures.COMPILING:
+    if batching and name in compiling:
       widths = {}
       for text in sorted(buckets, key=lambda text: not text):  # non-empty texts first
         widths.setdefault(buckets[text], text)

@@ -17,7 +17,7 @@ def test_a_shortlist_of_the_whole_vocabulary_is_none(tiny_model_dir, tmp_path):
   """--shortlist_size at least the target vocabulary's (60 pieces here): the whole vocabulary,
   so no training data is read (this --data_dir has none) and decoding.json records none."""
   result = export(tiny_model_dir, tmp_path / "e", "--shortlist_size=60", "--nodecode_jit",
-                  f"--data_dir={tmp_path / 'data'}")
+                  f"--data_dir={tmp_path / 'data'}", "--signatures=serving_default")
   assert result.returncode == 0, result.stderr
   settings = json.loads((tmp_path / "e" / "1" / "assets.extra" / "decoding.json").read_text())
   assert settings["shortlist_size"] == 0 and settings["shortlist_per_source"] == 0
@@ -81,8 +81,8 @@ def test_the_repetition_controls_are_compiled_into_an_export_as_the_library_appl
   controls = dict(no_repeat_ngram_size=1, repetition_penalty=1.5)
   sampling = dict(sampling_topk=3, sampling_topp=0.9, sampling_temperature=0.5)
   result = export(tiny_model_dir, tmp_path / "e", "--nodecode_jit", "--beam_size=2",
-                  "--extra_decode_length=6", *(f"--{name}={value}" for name, value in
-                                               {**controls, **sampling}.items()))
+                  "--extra_decode_length=6", "--signatures=translate_nbest,sample",
+                  *(f"--{name}={value}" for name, value in {**controls, **sampling}.items()))
   assert result.returncode == 0, result.stderr
   settings = json.loads((tmp_path / "e" / "1" / "assets.extra" / "decoding.json").read_text())
   assert {name: settings[name] for name in {**controls, **sampling}} == {**controls, **sampling}
@@ -111,3 +111,42 @@ def test_the_repetition_controls_are_compiled_into_an_export_as_the_library_appl
   # a SavedModel's controls are fixed at export
   with pytest.raises(ModelDirError, match="no_repeat_ngram_size=1 is fixed"):
     exported.translate(texts, no_repeat_ngram_size=2)
+
+
+def test_an_export_of_some_signatures_serves_those_and_refuses_the_rest_in_one_line(
+    tiny_model_dir, tmp_path):
+  """--signatures=score,serving_default: the SavedModel has those two and their warm-up
+  requests only, and decoding.json names them; load() scores as the library, and a call that
+  needs another signature fails in one line naming them. An unknown name is a flag error."""
+  import numpy as np
+  import tensorflow as tf
+  import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
+  from tensorflow_serving.apis import prediction_log_pb2
+
+  from tf_transformer import loading
+  from tf_transformer.model_dir import ModelDirError
+
+  result = export(tiny_model_dir, tmp_path / "e", "--nodecode_jit", "--beam_size=2",
+                  "--signatures=score,serving_default")
+  assert result.returncode == 0, result.stderr
+  version = result.stdout.strip().splitlines()[-1]
+  assert sorted(tf.saved_model.load(version).signatures) == ["score", "serving_default"]
+  settings = json.loads((tmp_path / "e" / "1" / "assets.extra" / "decoding.json").read_text())
+  assert settings["signatures"] == ["serving_default", "score"]
+  records = tf.data.TFRecordDataset(f"{version}/assets.extra/tf_serving_warmup_requests")
+  warmed = {prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+            .model_spec.signature_name for record in records}
+  assert warmed == {"score", "serving_default"}
+  texts = ["aa bb", "cc dd ee", ""]
+  exported = loading.load(version)
+  library = loading.load(str(tiny_model_dir), beam_size=2, max_source_length=32)
+  np.testing.assert_allclose(exported.score(texts, texts), library.score(texts, texts),
+                             rtol=1e-5)
+  with pytest.raises(ModelDirError, match=r"/1: exported with the signatures serving_default, "
+                     r"score only, not 'translate_nbest' \(export the model again with it\)"):
+    exported.translate(texts)
+  testutil.assert_one_line_error(
+      export(tiny_model_dir, tmp_path / "f", "--signatures=serving_default,translate"),
+      "error: --signatures=serving_default,translate: no signature translate (the signatures: "
+      "serving_default, translate_nbest, translate_prefix, translate_constrained, "
+      "translate_constrained_prefix, sample, sample_prefix, score, align)")

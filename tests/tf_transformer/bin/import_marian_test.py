@@ -160,7 +160,8 @@ def test_its_int8_xla_saved_model_translates_as_the_model_directory(imported, tm
   expected = EXPECTED["greedy"]
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", f"--model_dir={model_dir}",
                             f"--export_dir={tmp_path / 'export'}", "--beam_size=1",
-                            "--max_decode_length=40", "--precision=int8", "--decode_jit")
+                            "--max_decode_length=40", "--precision=int8", "--decode_jit",
+                            "--signatures=serving_default")
   assert result.returncode == 0, result.stderr[-3000:]
   version = pathlib.Path(result.stdout.strip().splitlines()[-1])
   outputs = tf.saved_model.load(str(version)).signatures["serving_default"](
@@ -240,7 +241,7 @@ def test_its_saved_model_serves_with_a_shortlist_batching_and_terminology(import
       f"--export_dir={tmp_path / 'export'}", "--beam_size=1", "--max_decode_length=40",
       "--precision=float32", "--nodecode_jit", f"--shortlist_size={_SHORTLIST_SIZE}",
       f"--data_dir={data}", "--src_lang=src", "--tgt_lang=tgt", "--batching",
-      "--batching_max_size=8")
+      "--batching_max_size=8", "--signatures=serving_default,translate_constrained")
   assert result.returncode == 0, result.stderr[-3000:]
   version = pathlib.Path(result.stdout.strip().splitlines()[-1])
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())

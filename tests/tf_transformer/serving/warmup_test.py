@@ -64,3 +64,27 @@ def test_the_replay_estimates_the_larger_batch_sizes_from_the_signatures_warmed_
   assert ("the warm-up requests of 1 row(s) added 2,000 memory mappings; the 12 larger ones "
           "are expected to add about 6,000 (vm.max_map_count=16,500 leaves 4,500)") in caplog.text
   assert sorted(ran) == sorted((name, 1) for name, size, _ in plan if size == 1)
+
+
+def test_an_export_of_some_signatures_warms_each_search_at_every_batch_size():
+  """With --batching, each search's signature of COMPILING runs its warm-ups at every allowed
+  batch size; an export without it has the first of its own that runs that search do so
+  (translate_nbest for the beam search, sample_prefix for sampling), the others one row."""
+  from tf_transformer.config import BatchingConfig
+  from tf_transformer.serving import signatures
+
+  assert signatures.compiling(signatures.NAMES) == signatures.COMPILING
+  names = ("translate_nbest", "translate_prefix", "sample_prefix", "score", "align")
+  assert signatures.compiling(names) == ("translate_nbest", "sample_prefix")
+  batching = BatchingConfig(max_batch_size=4)
+  requests = warmup._warmup_batches(names, batching, {"Hello.": 16, "x " * 20: 32})
+  sizes = {}
+  for name, texts in requests:
+    sizes.setdefault(name, []).append(len(texts))
+  assert sizes == {"translate_nbest": [1, 1, 2, 2, 4, 4], "sample_prefix": [1, 1, 2, 2, 4, 4],
+                   "translate_prefix": [1], "score": [1], "align": [1, 8]}
+  with pytest.raises(ValueError, match=r"no signature translate \(the signatures: "
+                     r"serving_default, translate_nbest, "):
+    signatures.chosen(("serving_default", "translate"))
+  assert signatures.chosen(("score", "serving_default")) == ("serving_default", "score")
+  assert signatures.chosen(()) == signatures.NAMES
