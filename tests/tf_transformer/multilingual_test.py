@@ -122,7 +122,7 @@ def test_translate_cli_and_saved_model_take_the_language(multilingual_model, tmp
   export_dir = tmp_path / "export"
   result = testutil.run_cli("tf_transformer.bin.export_saved_model", *common,
                             "--tgt_lang=rv,cp", f"--export_dir={export_dir}", "--nodecode_jit",
-                            "--signatures=translate_nbest")
+                            "--signatures=translate_nbest,serving_default")
   assert result.returncode == 0, result.stderr[-3000:]
   (version,) = [path for path in export_dir.iterdir() if path.name.isdigit()]
   settings = json.loads((version / "assets.extra" / "decoding.json").read_text())
