@@ -22,50 +22,23 @@ Each En->De run is scored on val (the choice of its weights) and once on test_20
 """
 
 import argparse
-import gzip
 import json
 import os
 import random
 import sys
 
-from bench.studies.tool_runs import final_dev_bleu, run_tool
+from bench.studies.tool_runs import (final_dev_bleu, multi30k_folder, read_lines, run_tool,
+                                      write_lines)
 
 PRESETS = {"en_de": "flags/multi30k_en_de.cfg", "de_en": "flags/multi30k_de_en.cfg"}
 LANGUAGES = {"en_de": ("--src_lang=en", "--tgt_lang=de"), "de_en": ("--src_lang=de",
                                                                       "--tgt_lang=en")}
 
 
-def _lines(path: str) -> list[str]:
-  """The lines of a text file (plain or .gz), empty ones kept."""
-  opener = gzip.open if path.endswith(".gz") else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    text = f.read()
-  lines = text.split("\n")
-  return lines[:-1] if text.endswith("\n") else lines
-
-
-def _write(path: str, lines: list[str]):
-  with open(path, "w", encoding="utf-8") as f:
-    f.writelines(line.strip() + "\n" for line in lines)
-
-
-def _corpus(folder: str, multi30k: str, train: dict[str, list[str]]):
-  """A data folder: `train` ({lang: lines}) as train.{en,de}, Multi30k's val and
-  test_2016_flickr linked beside it."""
-  os.makedirs(folder, exist_ok=True)
-  for lang, lines in train.items():
-    _write(os.path.join(folder, f"train.{lang}"), lines)
-  for split in ("val", "test_2016_flickr"):
-    for lang in ("en", "de"):
-      link = os.path.join(folder, f"{split}.{lang}.gz")
-      if not os.path.exists(link):
-        os.symlink(os.path.abspath(os.path.join(multi30k, f"{split}.{lang}.gz")), link)
-
-
 def split_halves(multi30k: str, seed: int, pairs: int = 0) -> tuple[dict, dict]:
   """({lang: lines} of half A, of half B): Multi30k's training pairs in a fixed random order
   (`pairs`: only the first that many of each half; 0: all)."""
-  sides = {lang: _lines(os.path.join(multi30k, f"train.{lang}.gz")) for lang in ("en", "de")}
+  sides = {lang: read_lines(os.path.join(multi30k, f"train.{lang}.gz")) for lang in ("en", "de")}
   if len(sides["en"]) != len(sides["de"]):
     sys.exit(f"error: {multi30k}: train.en.gz and train.de.gz differ in length")
   order = list(range(len(sides["en"])))
@@ -126,8 +99,8 @@ def main():
   half_a, half_b = split_halves(args.multi30k, args.seed, args.half_pairs)
   german = os.path.join(args.out, "monolingual.de")
   os.makedirs(args.out, exist_ok=True)
-  _write(german, half_b["de"])  # half B's English is never read
-  _corpus(os.path.join(args.out, "half_a"), args.multi30k, half_a)
+  write_lines(german, half_b["de"])  # half B's English is never read
+  multi30k_folder(os.path.join(args.out, "half_a"), args.multi30k, half_a)
   rows, steps = {}, args.train_steps
 
   de_en = os.path.join(args.out, "de_en")
@@ -139,7 +112,7 @@ def main():
     synthetic = os.path.join(args.out, f"{name}.en")
     minutes = back_translate(de_en, german, synthetic, *flags)
     data = os.path.join(args.out, name)
-    _corpus(data, args.multi30k, {"en": half_a["en"] + _lines(synthetic),
+    multi30k_folder(data, args.multi30k, {"en": half_a["en"] + read_lines(synthetic),
                                   "de": half_a["de"] + half_b["de"]})
     rows[name] = {**train("en_de", data, os.path.join(args.out, f"{name}_model"), steps),
                   "back_translation_minutes": minutes}

@@ -28,13 +28,13 @@ cost in all. Run it alone on the machine. The last line is JSON.
 """
 
 import argparse
-import gzip
 import json
 import os
 import shutil
 import sys
 
-from bench.studies.tool_runs import final_dev_bleu, run_tool
+from bench.studies.tool_runs import (final_dev_bleu, multi30k_folder, read_lines, run_tool,
+                                      write_lines)
 
 PRESET = "flags/multi30k_en_de.cfg"
 LANGUAGES = ("--src_lang=en", "--tgt_lang=de")
@@ -42,35 +42,15 @@ STUDENTS = {"distilled": ("--train_prefix=distilled",),
             "mixed": ("--train_prefix=train,distilled", "--train_weights=1,1")}
 
 
-def _lines(path: str) -> list[str]:
-  """The lines of a text file (plain or .gz), empty ones kept."""
-  opener = gzip.open if path.endswith(".gz") else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    text = f.read()
-  lines = text.split("\n")
-  return lines[:-1] if text.endswith("\n") else lines
-
-
-def _write(path: str, lines: list[str]):
-  with open(path, "w", encoding="utf-8") as f:
-    f.writelines(line.strip() + "\n" for line in lines)
-
-
 def write_data(multi30k: str, folder: str, pairs: int) -> list[str]:
   """`folder`: Multi30k's train (its first `pairs`; 0: all), val and test_2016_flickr; returns
   the training sources."""
-  os.makedirs(folder, exist_ok=True)
-  train = {lang: _lines(os.path.join(multi30k, f"train.{lang}.gz")) for lang in ("en", "de")}
+  train = {lang: read_lines(os.path.join(multi30k, f"train.{lang}.gz")) for lang in ("en", "de")}
   if len(train["en"]) != len(train["de"]):
     sys.exit(f"error: {multi30k}: train.en.gz and train.de.gz differ in length")
-  for lang, lines in train.items():
-    _write(os.path.join(folder, f"train.{lang}"), lines[:pairs] if pairs else lines)
-  for split in ("val", "test_2016_flickr"):
-    for lang in ("en", "de"):
-      link = os.path.join(folder, f"{split}.{lang}.gz")
-      if not os.path.exists(link):
-        os.symlink(os.path.abspath(os.path.join(multi30k, f"{split}.{lang}.gz")), link)
-  return _lines(os.path.join(folder, "train.en"))
+  multi30k_folder(folder, multi30k, {lang: lines[:pairs] if pairs else lines
+                                     for lang, lines in train.items()})
+  return read_lines(os.path.join(folder, "train.en"))
 
 
 def train(data: str, model_dir: str, steps: int, *flags) -> dict:
@@ -139,7 +119,7 @@ def main():
   ensemble = f"--ensemble={','.join(teachers)}"
 
   # the distilled targets: the ensemble's beam-4 translations of the training sources
-  _write(os.path.join(data, "distilled.en"), sources)
+  write_lines(os.path.join(data, "distilled.en"), sources)
   _, seconds = run_tool("tf_transformer.bin.translate", f"--flagfile={PRESET}", *LANGUAGES,
                         ensemble, f"--input={os.path.join(data, 'distilled.en')}",
                         f"--output={os.path.join(data, 'distilled.de')}")

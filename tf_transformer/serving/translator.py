@@ -395,7 +395,6 @@ class Translator(tf.Module):
     return tf.where(tf.equal(ids, PAD_ID), "", tokenizer.id_to_string(ids))
 
   def signatures(self, names=()) -> dict:
-    """{signature name: concrete function}: what a SavedModel of this module serves, the
-    signatures `names` (signatures.chosen: empty, all of them)."""
+    """{name: concrete function} of the signatures `names` a SavedModel serves (empty: all)."""
     return {name: getattr(self, BY_NAME[name].method).get_concrete_function()
             for name in chosen(names)}

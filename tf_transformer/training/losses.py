@@ -121,6 +121,21 @@ _CHUNK_LOGITS = 1 << 21
 _MIN_CHUNK_TOKENS = 256
 
 
+def _loss_gradient(d_hidden, d_kernel, d_bias, output_kernel, bias: tuple):
+  """The gradient function of a fused loss's (sums, tokens) whose "loss" (sums[0]) has the
+  gradients d_hidden, d_kernel (float32) and d_bias (float32, with `bias` = (output_bias,)),
+  formed in the forward pass; the other sums and the token count have none."""
+
+  def gradient(d_sums, d_tokens):
+    del d_tokens  # the token count does not depend on the inputs
+    d_loss = d_sums[0]
+    return (d_hidden * tf.cast(d_loss, d_hidden.dtype),
+            tf.cast(d_kernel * d_loss, output_kernel.dtype),
+            *(tf.cast(d_bias * d_loss, bias[0].dtype) for _ in bias))
+
+  return gradient
+
+
 def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: float,
                                chunk_tokens: int = 0, output_bias=None):
   """`token_statistics` of logits = hidden @ output_kernel (+ output_bias), with the gradient of
@@ -188,14 +203,8 @@ def projected_token_statistics(hidden, output_kernel, labels, label_smoothing: f
         parallel_iterations=1)  # one chunk's logits alive at a time
     d_hidden = tf.reshape(d_hidden.concat(), tf.shape(hidden))
 
-    def gradient(d_sums, d_tokens):
-      del d_tokens  # the token count does not depend on the inputs
-      d_loss = d_sums[0]  # "nll" and "correct" are statistics: no gradient
-      return (d_hidden * tf.cast(d_loss, compute_dtype),
-              tf.cast(d_kernel * d_loss, output_kernel.dtype),
-              *(tf.cast(d_bias * d_loss, bias[0].dtype) for _ in bias))
-
-    return (sums, tf.cast(num_tokens, tf.float32)), gradient
+    return ((sums, tf.cast(num_tokens, tf.float32)),
+            _loss_gradient(d_hidden, d_kernel, d_bias, output_kernel, bias))
 
   bias = () if output_bias is None else (output_bias,)
   sums, tokens = summed(hidden, output_kernel, *bias)
@@ -329,14 +338,8 @@ def projected_rdrop_statistics(hidden, output_kernel, labels, label_smoothing: f
     d_hidden = tf.reshape(tf.concat([d_hidden_a.concat(), d_hidden_b.concat()], axis=0),
                           tf.shape(hidden))
 
-    def gradient(d_sums, d_tokens):
-      del d_tokens  # the token count does not depend on the inputs
-      d_loss = d_sums[0]  # the others are statistics: no gradient
-      return (d_hidden * tf.cast(d_loss, compute_dtype),
-              tf.cast(d_kernel * d_loss, output_kernel.dtype),
-              *(tf.cast(d_bias * d_loss, bias[0].dtype) for _ in bias))
-
-    return (sums, tf.cast(num_tokens, tf.float32)), gradient
+    return ((sums, tf.cast(num_tokens, tf.float32)),
+            _loss_gradient(d_hidden, d_kernel, d_bias, output_kernel, bias))
 
   bias = () if output_bias is None else (output_bias,)
   sums, tokens = summed(hidden, output_kernel, *bias)
