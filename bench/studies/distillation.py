@@ -12,9 +12,10 @@ good as its teachers' ensemble.
 The teachers are the preset's models (flags/multi30k_en_de.cfg): model directories given with
 --teachers (their training minutes, if known, with --teacher_minutes), or trained here with each
 seed of --teacher_seeds (the first one's subword model copied into the others' directories, as an
-ensemble needs one vocabulary). Their ensemble (`translate --ensemble`: log-probabilities averaged each
-step, beam 4) translates Multi30k's training sources; the distilled corpus is those sources with
-the ensemble's translations (distilled.{en,de}), beside Multi30k's own train.{en,de}.
+ensemble needs one vocabulary). Their ensemble (`translate --ensemble`: log-probabilities
+averaged each step, beam 4) translates Multi30k's training sources; the distilled corpus is those
+sources with the ensemble's translations (distilled.{en,de}), beside Multi30k's own
+train.{en,de}.
 
 Students, each of the preset's size and steps (--train_steps), their final weights chosen on
 val by the run, with --student_flags added to each (say --rdrop_alpha=A for a combined row):

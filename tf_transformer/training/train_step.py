@@ -279,8 +279,8 @@ def make_train_step(model, optimizer, strategy, label_smoothing: float, update_f
     "finite", 1.0 if the update was applied, 0.0 if it was not finite and skipped;
     "grad_norm", the global norm of the step's gradient before clipping; "clipped", 1.0 if
     clipping shortened it; "rdrop_kl" with R-Drop, the summed symmetric KL divergence of the
-    two passes; and "shapes": int32 [update_freq, 2], the (rows, length) of each batch read. `iterator` yields (source_ids, target_input_ids, target_ids) int32
-    [batch, length].
+    two passes; and "shapes": int32 [update_freq, 2], the (rows, length) of each batch read.
+    `iterator` yields (source_ids, target_input_ids, target_ids) int32 [batch, length].
   """
   variables = model.trainable_variables
   local_replicas = strategy.num_replicas_in_sync // worker_info(strategy)[0]
