@@ -26,6 +26,11 @@ The teachers' ensemble and each student are scored on val and once on test_2016_
 `evaluate` (beam 4, sacreBLEU); nothing is chosen by a test score. Each row's minutes are its
 own and, in "all minutes", the teachers' and the distillation's too: the CPU time the student
 cost in all. Run it alone on the machine. The last line is JSON.
+
+Each finished row (a teacher, the distillation, a student, a score) is kept in --out's
+rows.json as it ends: the same command run again, after a stop, takes up where the study stopped
+with the minutes already measured. A training stopped half-way resumes from its last checkpoint,
+and its row then counts the minutes of the rerun alone: stop the study between rows.
 """
 
 import argparse
@@ -73,6 +78,32 @@ def evaluate(data: str, split: str, output: str, *model) -> float:
   return round(results["bleu"], 2)
 
 
+class Rows:
+  """The study's finished rows, kept in `folder`/rows.json with the settings they were made
+  with, so that the study run again with the same settings goes on from where it stopped."""
+
+  def __init__(self, folder: str, settings: dict):
+    self.path = os.path.join(folder, "rows.json")
+    self.settings, self.rows = settings, {}
+    if os.path.exists(self.path):
+      with open(self.path, encoding="utf-8") as f:
+        kept = json.load(f)
+      if kept["settings"] != settings:
+        sys.exit(f"error: {self.path}: a study with other settings ({kept['settings']}); "
+                 "give another --out")
+      self.rows = kept["rows"]
+
+  def get(self, name: str, make):
+    """The row `name`: kept, or made now by `make()` and kept."""
+    if name not in self.rows:
+      self.rows[name] = make()
+      os.makedirs(os.path.dirname(self.path), exist_ok=True)
+      with open(self.path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"settings": self.settings, "rows": self.rows}, f, indent=1)
+      os.replace(self.path + ".tmp", self.path)
+    return self.rows[name]
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--multi30k", required=True,
@@ -105,6 +136,7 @@ def main():
 
   data = os.path.join(args.out, "data")
   sources = write_data(args.multi30k, data, args.pairs)
+  kept = Rows(args.out, {key: value for key, value in vars(args).items() if key != "out"})
   rows, teacher_minutes = {}, args.teacher_minutes
   teachers = [path for path in args.teachers.split(",") if path]
   for seed in [seed for seed in args.teacher_seeds.split(",") if seed]:
@@ -114,30 +146,33 @@ def main():
       for name in os.listdir(teachers[0]):
         if name.startswith("spm.") and name.endswith(".model"):
           shutil.copy(os.path.join(teachers[0], name), teachers[-1])
-    rows[f"teacher_{seed}"] = train(data, teachers[-1], args.train_steps, "--train_prefix=train",
-                                    f"--seed={seed}")
+    rows[f"teacher_{seed}"] = kept.get(
+        f"teacher_{seed}", lambda: train(data, teachers[-1], args.train_steps,
+                                         "--train_prefix=train", f"--seed={seed}"))
     teacher_minutes += rows[f"teacher_{seed}"]["minutes"]
   ensemble = f"--ensemble={','.join(teachers)}"
 
-  # the distilled targets: the ensemble's beam-4 translations of the training sources
-  write_lines(os.path.join(data, "distilled.en"), sources)
-  _, seconds = run_tool("tf_transformer.bin.translate", f"--flagfile={PRESET}", *LANGUAGES,
-                        ensemble, f"--input={os.path.join(data, 'distilled.en')}",
-                        f"--output={os.path.join(data, 'distilled.de')}")
-  distillation_minutes = round(seconds / 60, 1)
+  def distill() -> dict:
+    """The distilled targets: the ensemble's beam-4 translations of the training sources."""
+    write_lines(os.path.join(data, "distilled.en"), sources)
+    _, seconds = run_tool("tf_transformer.bin.translate", f"--flagfile={PRESET}", *LANGUAGES,
+                          ensemble, f"--input={os.path.join(data, 'distilled.en')}",
+                          f"--output={os.path.join(data, 'distilled.de')}")
+    return {"minutes": round(seconds / 60, 1)}
+
+  distillation_minutes = kept.get("distillation", distill)["minutes"]
   rows["ensemble"] = {"minutes": round(teacher_minutes, 1),
-                      "dev": evaluate(data, "val", os.path.join(args.out, "ensemble.val.de"),
-                                      ensemble)}
+                      "dev": kept.get("ensemble_dev", lambda: evaluate(
+                          data, "val", os.path.join(args.out, "ensemble.val.de"), ensemble))}
   for name in students:
-    model_dir = os.path.join(args.out, name)
-    row = train(data, model_dir, args.train_steps, *STUDENTS[name],
-                *args.student_flags.split())
+    row = dict(kept.get(name, lambda: train(data, os.path.join(args.out, name), args.train_steps,
+                                            *STUDENTS[name], *args.student_flags.split())))
     row["all_minutes"] = round(teacher_minutes + distillation_minutes + row["minutes"], 1)
     rows[name] = row
   for name in ["ensemble", *students]:
     model = ensemble if name == "ensemble" else f"--model_dir={os.path.join(args.out, name)}"
-    rows[name]["test"] = evaluate(data, "test_2016_flickr",
-                                  os.path.join(args.out, f"{name}.test_2016_flickr.de"), model)
+    rows[name]["test"] = kept.get(f"{name}_test", lambda: evaluate(
+        data, "test_2016_flickr", os.path.join(args.out, f"{name}.test_2016_flickr.de"), model))
 
   print("| En->De model | training pairs | minutes (all) | val | test_2016_flickr |")
   print("|---|---|---|---|---|")
