@@ -39,8 +39,8 @@ import os
 import shutil
 import sys
 
-from bench.studies.tool_runs import (final_dev_bleu, multi30k_folder, read_lines, run_tool,
-                                      write_lines)
+from bench.studies.tool_runs import (Rows, evaluate_en_de, multi30k_folder, read_lines,
+                                      run_tool, train_en_de, write_lines)
 
 PRESET = "flags/multi30k_en_de.cfg"
 LANGUAGES = ("--src_lang=en", "--tgt_lang=de")
@@ -57,51 +57,6 @@ def write_data(multi30k: str, folder: str, pairs: int) -> list[str]:
   multi30k_folder(folder, multi30k, {lang: lines[:pairs] if pairs else lines
                                      for lang, lines in train.items()})
   return read_lines(os.path.join(folder, "train.en"))
-
-
-def train(data: str, model_dir: str, steps: int, *flags) -> dict:
-  """A run of the preset on `data`; its figures (dev BLEU of its final weights, minutes). The
-  run decodes no test set: the test scores come from `evaluate`, once."""
-  results, seconds = run_tool("tf_transformer.train", f"--flagfile={PRESET}", *LANGUAGES,
-                              f"--data_dir={data}", f"--model_dir={model_dir}",
-                              "--dev_prefix=val", "--test_prefix=", f"--train_steps={steps}",
-                              *flags)
-  return {"dev": final_dev_bleu(results), "final_weights": results.get("final_weights"),
-          "minutes": round(seconds / 60, 1), "steps": steps}
-
-
-def evaluate(data: str, split: str, output: str, *model) -> float:
-  """sacreBLEU of `model` (--model_dir=... or --ensemble=...) on `split` of `data`."""
-  results, _ = run_tool("tf_transformer.bin.evaluate", f"--flagfile={PRESET}", *LANGUAGES,
-                        *model, f"--src={os.path.join(data, f'{split}.en.gz')}",
-                        f"--ref={os.path.join(data, f'{split}.de.gz')}", f"--output={output}")
-  return round(results["bleu"], 2)
-
-
-class Rows:
-  """The study's finished rows, kept in `folder`/rows.json with the settings they were made
-  with, so that the study run again with the same settings goes on from where it stopped."""
-
-  def __init__(self, folder: str, settings: dict):
-    self.path = os.path.join(folder, "rows.json")
-    self.settings, self.rows = settings, {}
-    if os.path.exists(self.path):
-      with open(self.path, encoding="utf-8") as f:
-        kept = json.load(f)
-      if kept["settings"] != settings:
-        sys.exit(f"error: {self.path}: a study with other settings ({kept['settings']}); "
-                 "give another --out")
-      self.rows = kept["rows"]
-
-  def get(self, name: str, make):
-    """The row `name`: kept, or made now by `make()` and kept."""
-    if name not in self.rows:
-      self.rows[name] = make()
-      os.makedirs(os.path.dirname(self.path), exist_ok=True)
-      with open(self.path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"settings": self.settings, "rows": self.rows}, f, indent=1)
-      os.replace(self.path + ".tmp", self.path)
-    return self.rows[name]
 
 
 def main():
@@ -146,9 +101,8 @@ def main():
       for name in os.listdir(teachers[0]):
         if name.startswith("spm.") and name.endswith(".model"):
           shutil.copy(os.path.join(teachers[0], name), teachers[-1])
-    rows[f"teacher_{seed}"] = kept.get(
-        f"teacher_{seed}", lambda: train(data, teachers[-1], args.train_steps,
-                                         "--train_prefix=train", f"--seed={seed}"))
+    rows[f"teacher_{seed}"] = kept.get(f"teacher_{seed}", lambda: train_en_de(
+        PRESET, data, teachers[-1], args.train_steps, "--train_prefix=train", f"--seed={seed}"))
     teacher_minutes += rows[f"teacher_{seed}"]["minutes"]
   ensemble = f"--ensemble={','.join(teachers)}"
 
@@ -162,17 +116,20 @@ def main():
 
   distillation_minutes = kept.get("distillation", distill)["minutes"]
   rows["ensemble"] = {"minutes": round(teacher_minutes, 1),
-                      "dev": kept.get("ensemble_dev", lambda: evaluate(
-                          data, "val", os.path.join(args.out, "ensemble.val.de"), ensemble))}
+                      "dev": kept.get("ensemble_dev", lambda: evaluate_en_de(
+                          PRESET, data, "val", os.path.join(args.out, "ensemble.val.de"),
+                          ensemble))}
   for name in students:
-    row = dict(kept.get(name, lambda: train(data, os.path.join(args.out, name), args.train_steps,
-                                            *STUDENTS[name], *args.student_flags.split())))
+    row = dict(kept.get(name, lambda: train_en_de(
+        PRESET, data, os.path.join(args.out, name), args.train_steps, *STUDENTS[name],
+        *args.student_flags.split())))
     row["all_minutes"] = round(teacher_minutes + distillation_minutes + row["minutes"], 1)
     rows[name] = row
   for name in ["ensemble", *students]:
     model = ensemble if name == "ensemble" else f"--model_dir={os.path.join(args.out, name)}"
-    rows[name]["test"] = kept.get(f"{name}_test", lambda: evaluate(
-        data, "test_2016_flickr", os.path.join(args.out, f"{name}.test_2016_flickr.de"), model))
+    rows[name]["test"] = kept.get(f"{name}_test", lambda: evaluate_en_de(
+        PRESET, data, "test_2016_flickr", os.path.join(args.out, f"{name}.test_2016_flickr.de"),
+        model))
 
   print("| En->De model | training pairs | minutes (all) | val | test_2016_flickr |")
   print("|---|---|---|---|---|")

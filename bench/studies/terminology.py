@@ -5,14 +5,14 @@ the share of terms met (the README's terminology row).
         --src=data/multi30k/test_2016_flickr.en.gz --ref=data/multi30k/test_2016_flickr.de.gz \\
         --out=runs/terminology
 
-The terms are chosen as Post & Vilar (2018) chose theirs, from each sentence's reference among
-what the unconstrained translation lacks: the reference's words (runs of letters and digits, of
-two or more, that the target vocabulary can write) missing from the translation's words. With a fixed seed (--seed), each sentence with such words gets one or two terms (even
-odds); a term is one missing word or, when the next reference word is missing too, the two as
-one phrase (even odds). A term is met when the translation holds its words as whole words, in
-order. Both translations are beam searches of the model's final weights (--beam_size), in
-batches of --batch_size; --out gets the terms (translate --constraints's format) and both
-outputs. The last line is JSON.
+The terms are chosen as Post & Vilar (2018) chose theirs, from each sentence's reference among what
+the unconstrained translation lacks: the reference's words (runs of letters and digits, of two or
+more, that the target vocabulary can write) missing from the translation's words. With a fixed seed
+(--seed), each sentence with such words gets one or two terms (even odds); a term is one missing
+word or, when the next reference word is missing too, the two as one phrase (even odds). A term is
+met when the translation holds its words as whole words, in order. Both translations are beam
+searches of the model's final weights (--beam_size), in batches of --batch_size; --out gets the
+terms (translate --constraints's format) and both outputs. The last line is JSON.
 """
 
 import gzip

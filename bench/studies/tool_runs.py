@@ -1,5 +1,6 @@
 """What the studies share: running a tool of the project and reading its last JSON line, reading
-and writing line files, and a data folder of Multi30k's sets."""
+and writing line files, a data folder of Multi30k's sets, and the finished rows of a study kept
+so that it can stop and go on."""
 
 import gzip
 import json
@@ -25,6 +26,27 @@ def run_tool(*args) -> tuple[dict, float]:
 def final_dev_bleu(results: dict) -> float:
   """Dev BLEU of a training run's final weights (train's last JSON line)."""
   return round(results.get(f"dev_bleu_{results.get('final_weights')}", results["best_dev_bleu"]), 2)
+
+
+def train_en_de(preset: str, data: str, model_dir: str, steps: int, *flags) -> dict:
+  """A run of an En->De `preset` on `data` (a multi30k_folder), dev on val; its figures (dev
+  BLEU of its final weights, minutes). The run decodes no test set: a test score comes from
+  `evaluate_en_de`, once."""
+  results, seconds = run_tool("tf_transformer.train", f"--flagfile={preset}", "--src_lang=en",
+                              "--tgt_lang=de", f"--data_dir={data}", f"--model_dir={model_dir}",
+                              "--dev_prefix=val", "--test_prefix=", f"--train_steps={steps}",
+                              *flags)
+  return {"dev": final_dev_bleu(results), "final_weights": results.get("final_weights"),
+          "minutes": round(seconds / 60, 1), "steps": steps}
+
+
+def evaluate_en_de(preset: str, data: str, split: str, output: str, *model) -> float:
+  """sacreBLEU of `model` (--model_dir=... or --ensemble=...) on `split` of `data`, its
+  translations written to `output`."""
+  results, _ = run_tool("tf_transformer.bin.evaluate", f"--flagfile={preset}", "--src_lang=en",
+                        "--tgt_lang=de", *model, f"--src={os.path.join(data, f'{split}.en.gz')}",
+                        f"--ref={os.path.join(data, f'{split}.de.gz')}", f"--output={output}")
+  return round(results["bleu"], 2)
 
 
 def read_lines(path: str) -> list[str]:
@@ -53,3 +75,29 @@ def multi30k_folder(folder: str, multi30k: str, train: dict[str, list[str]]):
       link = os.path.join(folder, f"{split}.{lang}.gz")
       if not os.path.exists(link):
         os.symlink(os.path.abspath(os.path.join(multi30k, f"{split}.{lang}.gz")), link)
+
+
+class Rows:
+  """The study's finished rows, kept in `folder`/rows.json with the settings they were made
+  with, so that the study run again with the same settings goes on from where it stopped."""
+
+  def __init__(self, folder: str, settings: dict):
+    self.path = os.path.join(folder, "rows.json")
+    self.settings, self.rows = settings, {}
+    if os.path.exists(self.path):
+      with open(self.path, encoding="utf-8") as f:
+        kept = json.load(f)
+      if kept["settings"] != settings:
+        sys.exit(f"error: {self.path}: a study with other settings ({kept['settings']}); "
+                 "give another --out")
+      self.rows = kept["rows"]
+
+  def get(self, name: str, make):
+    """The row `name`: kept, or made now by `make()` and kept."""
+    if name not in self.rows:
+      self.rows[name] = make()
+      os.makedirs(os.path.dirname(self.path), exist_ok=True)
+      with open(self.path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"settings": self.settings, "rows": self.rows}, f, indent=1)
+      os.replace(self.path + ".tmp", self.path)
+    return self.rows[name]
