@@ -39,24 +39,13 @@ import os
 import shutil
 import sys
 
-from bench.studies.tool_runs import (Rows, evaluate_en_de, multi30k_folder, read_lines,
-                                      run_tool, train_en_de, write_lines)
+from bench.studies.tool_runs import (Rows, evaluate_en_de, run_tool, train_en_de, write_data,
+                                      write_lines)
 
 PRESET = "flags/multi30k_en_de.cfg"
 LANGUAGES = ("--src_lang=en", "--tgt_lang=de")
 STUDENTS = {"distilled": ("--train_prefix=distilled",),
             "mixed": ("--train_prefix=train,distilled", "--train_weights=1,1")}
-
-
-def write_data(multi30k: str, folder: str, pairs: int) -> list[str]:
-  """`folder`: Multi30k's train (its first `pairs`; 0: all), val and test_2016_flickr; returns
-  the training sources."""
-  train = {lang: read_lines(os.path.join(multi30k, f"train.{lang}.gz")) for lang in ("en", "de")}
-  if len(train["en"]) != len(train["de"]):
-    sys.exit(f"error: {multi30k}: train.en.gz and train.de.gz differ in length")
-  multi30k_folder(folder, multi30k, {lang: lines[:pairs] if pairs else lines
-                                     for lang, lines in train.items()})
-  return read_lines(os.path.join(folder, "train.en"))
 
 
 def main():

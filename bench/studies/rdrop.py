@@ -19,8 +19,7 @@ import argparse
 import json
 import os
 
-from bench.studies.tool_runs import (Rows, evaluate_en_de, multi30k_folder, read_lines,
-                                      train_en_de)
+from bench.studies.tool_runs import Rows, evaluate_en_de, train_en_de, write_data
 
 PRESET = "flags/multi30k_en_de.cfg"
 
@@ -40,10 +39,7 @@ def main():
   args = parser.parse_args()
 
   data = os.path.join(args.out, "data")
-  train = {lang: read_lines(os.path.join(args.multi30k, f"train.{lang}.gz"))
-           for lang in ("en", "de")}
-  multi30k_folder(data, args.multi30k, {lang: lines[:args.pairs] if args.pairs else lines
-                                        for lang, lines in train.items()})
+  write_data(args.multi30k, data, args.pairs)
   kept = Rows(args.out, {key: value for key, value in vars(args).items() if key != "out"})
 
   def row(alpha: str, steps: int) -> dict:

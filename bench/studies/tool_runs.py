@@ -77,6 +77,17 @@ def multi30k_folder(folder: str, multi30k: str, train: dict[str, list[str]]):
         os.symlink(os.path.abspath(os.path.join(multi30k, f"{split}.{lang}.gz")), link)
 
 
+def write_data(multi30k: str, folder: str, pairs: int) -> list[str]:
+  """`folder`: Multi30k's train (its first `pairs`; 0: all), val and test_2016_flickr; returns
+  the training sources."""
+  train = {lang: read_lines(os.path.join(multi30k, f"train.{lang}.gz")) for lang in ("en", "de")}
+  if len(train["en"]) != len(train["de"]):
+    sys.exit(f"error: {multi30k}: train.en.gz and train.de.gz differ in length")
+  multi30k_folder(folder, multi30k, {lang: lines[:pairs] if pairs else lines
+                                     for lang, lines in train.items()})
+  return read_lines(os.path.join(folder, "train.en"))
+
+
 class Rows:
   """The study's finished rows, kept in `folder`/rows.json with the settings they were made
   with, so that the study run again with the same settings goes on from where it stopped."""
